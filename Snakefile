@@ -1,0 +1,26 @@
+# rredcot: RREDCoT (arXiv:2606.06475) with RRPO/SRPO baselines (arXiv:2605.25507), end to end.
+# Table of contents: data -> base model -> evaluation -> tables. See README.md for the artifacts.
+
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/evaluation.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

@@ -1,0 +1,215 @@
+"""The synthetic world generator: determinism, depths, correct answers, disjoint splits, checks."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import polars as pl
+import pytest
+
+from rredcot.data.schema import COLUMNS
+from rredcot.data.synthetic import (
+    Program,
+    SplitSpec,
+    Step,
+    WorldConfig,
+    derive_seed,
+    draw_program,
+    generate_split,
+    make_world,
+    problem_space_size,
+)
+from rredcot.tasks.synthetic import SyntheticTask
+
+CONFIG = WorldConfig()
+
+
+def recompute(problem: str, modulus: int) -> list[tuple[str, int]]:
+    """Evaluate a problem text with Python's own arithmetic, independently of the generator."""
+    given_part, *step_parts = problem.split(". ")
+    env = {name: int(v) for name, v in re.findall(r"([a-z])=(\d+)", given_part)}
+    out = []
+    for part in step_parts:
+        m = re.fullmatch(r"([a-z])=([a-z])([-+*])([a-z])\.?", part)
+        if m is None:
+            assert part.startswith("Find ")
+            continue
+        name, x, op, y = m.groups()
+        env[name] = eval(f"({env[x]}){op}({env[y]})") % modulus
+        out.append((name, env[name]))
+    return out
+
+
+def test_same_seed_same_frame_and_different_seed_different() -> None:
+    a = generate_split(200, [2, 3, 4], 7, "train", CONFIG)
+    b = generate_split(200, [2, 3, 4], 7, "train", CONFIG)
+    c = generate_split(200, [2, 3, 4], 8, "train", CONFIG)
+    assert a.equals(b)
+    assert not a["problem"].equals(c["problem"])
+
+
+def test_columns_ids_and_dtypes() -> None:
+    df = generate_split(12, [3], 0, "synth_id", CONFIG)
+    assert list(df.columns) == [*COLUMNS, "depth", "program"]
+    assert df["depth"].dtype == pl.Int64
+    assert all(df[c].dtype == pl.String for c in (*COLUMNS, "program"))
+    assert df["id"].to_list()[:2] == ["synth-synth_id-00000", "synth-synth_id-00001"]
+    assert set(df["source"]) == {"synthetic"}
+    assert df["problem"].n_unique() == df.height
+
+
+def test_depths_round_robin_and_respected() -> None:
+    df = generate_split(30, [2, 5, 7], 1, "train", CONFIG)
+    assert df["depth"].to_list() == [2, 5, 7] * 10
+    for row in df.iter_rows(named=True):
+        steps = recompute(row["problem"], CONFIG.modulus)
+        assert len(steps) == row["depth"]
+        assert row["solution"].count("\n") == row["depth"]  # depth step lines + answer line
+        assert Program.from_json(row["program"]).depth == row["depth"]
+
+
+@pytest.mark.parametrize("config", [WorldConfig(), WorldConfig(modulus=13, n_given=2, ops=["-"])])
+def test_answers_and_step_values_match_independent_recomputation(config: WorldConfig) -> None:
+    df = generate_split(300, [1, 3, 6], 3, "train", config)
+    for row in df.iter_rows(named=True):
+        steps = recompute(row["problem"], config.modulus)
+        assert row["answer"] == str(steps[-1][1])
+        lines = row["solution"].split("\n")
+        assert lines[-1] == f"Answer: {row['answer']}."
+        for line, (name, value) in zip(lines[:-1], steps, strict=True):
+            assert line.startswith(f"{name}=") and line.endswith(f"={value}")
+
+
+def test_every_step_uses_the_previous_result() -> None:
+    for seed in range(50):
+        prog = draw_program(random.Random(seed), 6, CONFIG)
+        for prev, step in zip(prog.steps, prog.steps[1:], strict=False):
+            assert prev.name in (step.left, step.right)
+        first = prog.steps[0]
+        assert first.left != first.right and {first.left, first.right} <= {"a", "b", "c"}
+
+
+def test_problem_space_size_hand_computed_and_by_enumeration() -> None:
+    two = WorldConfig(n_given=2)
+    assert problem_space_size(1, two) == 10**2 * 3 * 2  # 600
+    assert problem_space_size(2, two) == 600 * 3 * 2 * 2  # 7200
+    tiny = WorldConfig(modulus=2, n_given=2, ops=("+",))
+    rng = random.Random(0)
+    seen = {draw_program(rng, 2, tiny).problem_text() for _ in range(3000)}
+    assert len(seen) == problem_space_size(2, tiny) == 4 * 2 * 4
+
+
+def test_exclude_is_never_produced() -> None:
+    first = generate_split(300, [1], 5, "train", CONFIG)
+    banned = frozenset(first["problem"].to_list()[:150])
+    again = generate_split(300, [1], 5, "train", CONFIG, exclude=banned)
+    assert banned.isdisjoint(again["problem"].to_list())
+    assert again["problem"].n_unique() == 300
+
+
+def test_make_world_splits_disjoint_sized_and_seeded_per_split() -> None:
+    benchmarks = {"synth_id": SplitSpec(300, [1, 2]), "synth_ood": SplitSpec(50, [6])}
+    world = make_world(SplitSpec(2000, [1, 2]), benchmarks, seed=0, config=CONFIG)
+    assert list(world) == ["synth_id", "synth_ood", "train"]
+    assert {k: v.height for k, v in world.items()} == {
+        "synth_id": 300,
+        "synth_ood": 50,
+        "train": 2000,
+    }
+    sets = {k: set(v["problem"]) for k, v in world.items()}
+    assert sets["train"].isdisjoint(sets["synth_id"] | sets["synth_ood"])
+    assert set(world["synth_ood"]["depth"]) == {6}
+    # each split is its own stream: the benchmark does not change when train grows
+    bigger = make_world(SplitSpec(3000, [1, 2]), benchmarks, seed=0, config=CONFIG)
+    assert bigger["synth_id"].equals(world["synth_id"])
+    assert derive_seed(0, "train") != derive_seed(0, "synth_id") != derive_seed(1, "synth_id")
+
+
+def test_make_world_rejects_benchmark_named_train() -> None:
+    with pytest.raises(ValueError, match="train"):
+        make_world(SplitSpec(10, [2]), {"train": SplitSpec(10, [2])}, 0, CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"modulus": 1}, "modulus"),
+        ({"modulus": 2.5}, "modulus"),
+        ({"n_given": 0}, "n_given"),
+        ({"n_given": 26}, "n_given"),
+        ({"ops": ()}, "ops"),
+        ({"ops": ("+", "/")}, "ops"),
+        ({"ops": ("+", "+")}, "ops"),
+    ],
+)
+def test_world_config_field_checks(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        WorldConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("n", "depths", "field"), [(0, [2], "n"), (5, [], "depths"), (5, [0], "depths")]
+)
+def test_split_spec_field_checks(n: int, depths: list[int], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        SplitSpec(n, depths)
+
+
+def test_generate_split_argument_checks() -> None:
+    with pytest.raises(ValueError, match="depths: 24"):
+        generate_split(5, [24], 0, "train", CONFIG)  # 3 given + 24 steps > 26 letters
+    with pytest.raises(ValueError, match="depth 1"):
+        generate_split(20_000, [1], 0, "train", CONFIG)  # only 18,000 depth-1 problems exist
+    with pytest.raises(ValueError, match="split"):
+        generate_split(5, [2], 0, "Train set", CONFIG)
+    tiny = WorldConfig(n_given=1, ops=("+",))  # 10 depth-1 problems: a=0 … a=9, b=a+a
+    assert generate_split(10, [1], 0, "train", tiny)["problem"].n_unique() == 10  # all of them
+    taken = frozenset(generate_split(9, [1], 0, "train", tiny)["problem"])
+    with pytest.raises(ValueError, match="no new problem of depth 1"):
+        generate_split(2, [1], 0, "train", tiny, exclude=taken)
+
+
+def test_program_json_round_trip_and_errors() -> None:
+    prog = Program(10, (("a", 3), ("b", 8)), (Step("c", "a", "+", "b"), Step("d", "c", "*", "a")))
+    assert Program.from_json(prog.to_json()) == prog
+    assert prog.problem_text() == "a=3, b=8. c=a+b. d=c*a. Find d."
+    assert prog.solution_text() == "c=a+b=3+8=1\nd=c*a=1*3=3\nAnswer: 3."
+    bad = json.loads(prog.to_json())
+    bad["steps"][1][3] = "z"
+    with pytest.raises(ValueError, match="unknown"):
+        Program.from_json(bad)
+    with pytest.raises(ValueError, match="program must be"):
+        Program.from_json({"modulus": 10})
+
+
+def test_task_prompt_trigger_and_reference_texts() -> None:
+    task = SyntheticTask()
+    row = generate_split(1, [3], 0, "train", CONFIG).row(0, named=True)
+    assert task.build_prompt(row["problem"], None) == row["problem"] + "\n"
+    assert task.reference_completion(row) == row["solution"]
+    reasoning = task.reference_reasoning(row)
+    assert reasoning.count("\n") == 2 and "Answer" not in reasoning
+    assert reasoning + task.answer_trigger + row["answer"] + task.answer_close == row["solution"]
+    assert task.answer_close not in reasoning  # the close is a safe stop string
+    with pytest.raises(ValueError, match="solution"):
+        task.reference_reasoning({**row, "answer": "x"})
+
+
+@pytest.mark.parametrize(
+    ("response", "correct", "extracted", "status"),
+    [
+        ("c=a+b=3+8=1\nAnswer: 1.", True, "1", "ok"),
+        ("c=a+b=3+8=1\nAnswer: 1", True, "1", "ok"),  # close dropped by the backend
+        ("Answer: 7.\nAnswer: 1.  ", True, "1", "ok"),  # the last answer line counts
+        ("Answer: 12.", False, "12", "ok"),
+        ("c=a+b=3+8=1\n", False, None, "no_answer"),
+        ("c=a+b=3+8=1\nAnswer: .", False, None, "no_answer"),
+        ("the answer: 1", False, None, "no_answer"),
+    ],
+)
+def test_task_grade(response: str, correct: bool, extracted: str | None, status: str) -> None:
+    grade = SyntheticTask().grade(response, "1")
+    assert (grade.correct, grade.extracted, grade.status) == (correct, extracted, status)
+    assert grade.reward == float(correct)

@@ -17,7 +17,7 @@ def main() -> None:
     seed, train, splits = require(args.params, "seed", "train", "splits")
     config = WorldConfig(
         modulus=args.params.get("modulus", 10),
-        n_given=args.params.get("n_given", 2),
+        n_given=args.params.get("n_given", 3),
         ops=tuple(args.params.get("ops", ("+", "-", "*"))),
     )
     world = make_world(

@@ -1,0 +1,93 @@
+"""The whole DAG on the smoke config, run by Snakemake as a user would, in a scratch directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PROTOCOL = {
+    "model", "method", "seeds", "benchmark", "dataset_id", "dataset_revision", "n_problems", "k",
+    "temperature", "top_p", "max_new_tokens", "grader", "versions", "pass_at_1", "ci95_low",
+    "ci95_high",
+}
+
+
+def snakemake(repo: Path, workdir: Path, *args: str, env: dict | None = None):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(repo, mirror, tmp_path_factory):
+    """Run the default target and the aime24 table (from the mirror) on the smoke config."""
+    workdir = tmp_path_factory.mktemp("smoke")
+    env = {**os.environ, "RREDCOT_MIRROR": str(mirror), "HF_HUB_OFFLINE": "1"}
+    proc = snakemake(
+        repo, workdir, "--configfile", str(repo / "configs" / "smoke.yaml"), "--cores", "2",
+        "all", "results/aime24_table.csv", env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return workdir, proc
+
+
+def test_default_target_writes_a_table_per_benchmark(smoke_run):
+    workdir, proc = smoke_run
+    for benchmark in ("synth_id", "synth_ood"):
+        table = pl.read_csv(workdir / "results" / f"{benchmark}_table.csv")
+        assert PROTOCOL <= set(table.columns)
+        assert table["method"].to_list() == ["base"]
+        row = table.row(0, named=True)
+        assert 0.0 <= row["ci95_low"] <= row["pass_at_1"] <= row["ci95_high"] <= 1.0
+        grades = pl.read_parquet(workdir / f"results/eval/base/seed0/{benchmark}/grades.parquet")
+        # the table's figure is recomputed from the kept grades
+        assert row["pass_at_1"] == pytest.approx(grades["reward"].mean())
+        assert row["n_problems"] == grades["problem_id"].n_unique()
+    assert "steps (100%) done" in proc.stderr  # Snakemake's progress report
+
+
+def test_every_job_logged_and_benchmarked(smoke_run):
+    workdir, _ = smoke_run
+    logs = list((workdir / "results" / "logs").rglob("*.log"))
+    timings = list((workdir / "results" / "benchmarks").rglob("*.tsv"))
+    assert len(logs) >= 8 and len(timings) == len(logs)
+    assert all(p.stat().st_size > 0 for p in logs)
+
+
+def test_real_aime24_graded_offline_from_the_mirror(smoke_run):
+    workdir, _ = smoke_run
+    table = pl.read_csv(workdir / "results" / "aime24_table.csv")
+    row = table.row(0, named=True)
+    assert row["dataset_id"] == "HuggingFaceH4/aime_2024"
+    assert row["data_origin"].startswith("mirror:")
+    assert row["n_problems"] == 5 and row["k"] == 1  # smoke: first 5 problems, one sample each
+    assert "math-verify" in row["grader"]
+    grades = pl.read_parquet(workdir / "results/eval/base/seed0/aime24/grades.parquet")
+    assert set(grades["status"].unique()) <= {"ok", "no_answer", "timeout", "error"}
+
+
+def test_rerun_is_a_no_op(smoke_run, repo):
+    workdir, _ = smoke_run
+    proc = snakemake(repo, workdir, "--configfile", str(repo / "configs/smoke.yaml"), "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_bad_config_stops_naming_the_key(repo, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    smoke = (repo / "configs" / "smoke.yaml").read_text()
+    bad.write_text(smoke.replace("samples_per_problem: 2", "samples_per_problem: 0"))
+    proc = snakemake(repo, tmp_path, "--configfile", str(bad), "-n")
+    assert proc.returncode != 0
+    assert "evaluation.samples_per_problem" in proc.stdout + proc.stderr
+
+
+def test_lint_is_clean(repo):
+    proc = snakemake(repo, repo, "--lint")
+    assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -101,7 +101,7 @@ def grade_many(
         else:
             todo.append((i, gold.strip(), pred))
     if todo:
-        verdicts = _worker().run([(gold, pred) for _, gold, pred in todo], timeout_s)
+        verdicts = _WORKER.run([(gold, pred) for _, gold, pred in todo], timeout_s)
         for (i, _, pred), verdict in zip(todo, verdicts, strict=True):
             if verdict is True or verdict is False:
                 grades[i] = Grade(verdict, pred, "ok")
@@ -113,7 +113,7 @@ def grade_many(
 
 def shutdown_worker() -> None:
     """Stop this process's grading worker (it restarts on the next call); also run at exit."""
-    _worker().close()
+    _WORKER.close()
 
 
 # --- in the worker process -----------------------------------------------------------------
@@ -192,7 +192,7 @@ class _GradingWorker:
                 for _ in batch:
                     verdict = self._receive(timeout_s)
                     out.append(verdict)
-                    if verdict == "timeout" or self._proc is None:
+                    if self._proc is None:
                         break  # worker replaced: resend what is left of the batch
         return out
 
@@ -206,8 +206,7 @@ class _GradingWorker:
             self._ensure_started()
             assert self._proc is not None and self._proc.stdin is not None
             try:
-                self._proc.stdin.write(line)
-                self._proc.stdin.flush()
+                _write_all(self._proc.stdin.fileno(), line)
                 return
             except OSError:
                 self._stop()
@@ -222,7 +221,9 @@ class _GradingWorker:
             self._stop()
             return "error"
         if line is None:
-            log.warning("math-verify exceeded %.1f s on one answer; restarting the worker", timeout_s)
+            log.warning(
+                "math-verify exceeded %.1f s on one answer; restarting the worker", timeout_s
+            )
             self._stop()
             return "timeout"
         msg = json.loads(line)
@@ -256,7 +257,7 @@ class _GradingWorker:
             return
         self._stop()
         cmd = [sys.executable, "-c", "from rredcot.tasks.grading import _serve; _serve()"]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         try:
             ready = self._readline(STARTUP_TIMEOUT_S)
         except EOFError:
@@ -279,39 +280,32 @@ class _GradingWorker:
         proc.wait()
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+                stream.close()
 
     def _forget(self) -> None:
         """After fork: drop the parent's worker without touching it, and take ownership."""
         proc, self._proc, self._buf = self._proc, None, b""
         self._owner = os.getpid()
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):  # our copies of the parent's pipes
+            for stream in (proc.stdin, proc.stdout):  # unbuffered: closing flushes nothing
                 if stream is not None:
-                    os.close(stream.fileno())
-                    stream.detach() if hasattr(stream, "detach") else None
-            proc.returncode = 0  # not our child: never wait on it
+                    stream.close()  # only this process's copy of the pipe
+            proc.returncode = -1  # not our child: Popen must never wait on it
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 _WORKER = _GradingWorker()
-_WORKER_LOCK = threading.Lock()
-
-
-def _worker() -> _GradingWorker:
-    return _WORKER
 
 
 def _reset_after_fork() -> None:
-    """In a forked child the lock may be held by a thread that no longer exists: start over."""
-    global _WORKER, _WORKER_LOCK
-    old = _WORKER
-    _WORKER = _GradingWorker()
-    _WORKER_LOCK = threading.Lock()
-    old._owner = -1  # never stop the parent's worker from here
-    old._forget()
+    """In a forked child the lock may be held by a thread that does not exist there."""
+    _WORKER._lock = threading.Lock()
+    _WORKER._forget()
 
 
 def _shutdown_at_exit() -> None:

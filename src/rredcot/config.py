@@ -52,18 +52,23 @@ def _describe(error: ValidationError) -> str:
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     if error.validator == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        extra = (
+            sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        )
         where = key if key != "<top level>" else "the top level"
         return f"unknown config key(s) {extra} under {where}; allowed: {allowed}"
     if error.validator == "enum":
-        return f"config key '{key}': {error.instance!r} is not allowed; choose one of {error.validator_value}"
+        choices = error.validator_value
+        return f"config key '{key}': {error.instance!r} is not allowed; choose one of {choices}"
     if error.validator == "required":
         return f"config key '{key}': {error.message}"
     hint = f" ({schema['description']})" if "description" in schema else ""
     return f"config key '{key}': {error.message}{hint}"
 
 
-def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def validate_config(
+    config: dict[str, Any], schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Check `config` against the schema, fill defaults in place, raise ConfigError on any error."""
     schema = load_schema() if schema is None else schema
     validator = _with_defaults(Draft202012Validator)(schema)

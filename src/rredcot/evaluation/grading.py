@@ -34,8 +34,9 @@ def grade_generations(
         extracted.append(g.extracted)
         status.append(g.status)
         first_error.append(check_response(programs[pid], text).first_error if programs else None)
-    return generations.select("problem_id", "sample_index", "method", "seed", "num_tokens",
-                              "finish_reason").with_columns(
+    return generations.select(
+        "problem_id", "sample_index", "method", "seed", "num_tokens", "finish_reason"
+    ).with_columns(
         pl.Series("reward", rewards, dtype=pl.Float64),
         pl.Series("extracted", extracted, dtype=pl.String),
         pl.Series("status", status, dtype=pl.String),

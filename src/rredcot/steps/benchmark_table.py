@@ -43,15 +43,20 @@ def main() -> None:
         "top_p": prm["top_p"],
         "max_new_tokens": prm["max_new_tokens"],
         "backend": prm["backend"],
-        "grader": "exact_match" if task == "synthetic" else "math-verify (gold first, last \\boxed{})",
+        "grader": "exact_match"
+        if task == "synthetic"
+        else "math-verify (gold first, last \\boxed{})",
         "versions": package_versions(),
     }
     frames = [pl.read_parquet(path) for path in args.grades]
     table = benchmark_table(frames, protocol, prm["bootstrap_resamples"], seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)
-    log.info("wrote %s:\n%s", args.out, table.select("method", "pass_at_1", "ci95_low", "ci95_high",
-                                                     "n_problems", "k"))
+    log.info(
+        "wrote %s:\n%s",
+        args.out,
+        table.select("method", "pass_at_1", "ci95_low", "ci95_high", "n_problems", "k"),
+    )
 
 
 if __name__ == "__main__":

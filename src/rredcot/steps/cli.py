@@ -18,9 +18,7 @@ log = logging.getLogger("rredcot")
 def parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the `--params JSON` option every step takes."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument(
-        "--params", type=json.loads, default={}, help="step settings as one JSON object"
-    )
+    p.add_argument("--params", type=json.loads, default={}, help="step settings as one JSON object")
     return p
 
 

@@ -39,8 +39,13 @@ def main() -> None:
         seed=seed,
         stop_strings=tuple(task.stop_strings),
     )
-    log.info("%d problems x %d samples, %s backend, policy %s", len(prompts), sampling.n,
-             backend_name, args.policy)
+    log.info(
+        "%d problems x %d samples, %s backend, policy %s",
+        len(prompts),
+        sampling.n,
+        backend_name,
+        args.policy,
+    )
     options = {"batch_size": prm.get("batch_size", 64)}
     if backend_name == "vllm":
         options = {"tensor_parallel_size": prm.get("tensor_parallel_size", 1)}
@@ -64,8 +69,13 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     out.write_parquet(args.out)
     n_tok = int(out["num_tokens"].sum())
-    log.info("wrote %d completions (%d new tokens; %.1f%% hit max_new_tokens) to %s",
-             out.height, n_tok, 100 * (out["finish_reason"] == "length").mean(), args.out)
+    log.info(
+        "wrote %d completions (%d new tokens; %.1f%% hit max_new_tokens) to %s",
+        out.height,
+        n_tok,
+        100 * (out["finish_reason"] == "length").mean(),
+        args.out,
+    )
 
 
 if __name__ == "__main__":

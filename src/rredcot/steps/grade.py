@@ -25,8 +25,12 @@ def main() -> None:
         task.timeout_s = float(args.params.get("grading_timeout_s", task.timeout_s))
     grades = grade_generations(pl.read_parquet(args.generations), read_parquet(args.problems), task)
     counts = dict(grades.group_by("status").len().rows())
-    log.info("graded %d samples: mean reward %.4f; statuses %s", grades.height,
-             grades["reward"].mean(), counts)
+    log.info(
+        "graded %d samples: mean reward %.4f; statuses %s",
+        grades.height,
+        grades["reward"].mean(),
+        counts,
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     grades.write_parquet(args.out)
 

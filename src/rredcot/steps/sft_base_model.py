@@ -1,4 +1,4 @@
-"""Rule `sft_base_model`: build the tiny Qwen3 model and warm it up by SFT on reference solutions."""
+"""Rule `sft_base_model`: build the tiny Qwen3 model, warm it up by SFT on reference solutions."""
 
 from __future__ import annotations
 
@@ -28,7 +28,10 @@ def main() -> None:
     log.info("tiny Qwen3: %d parameters", count_parameters(model))
     train = read_parquet(args.train)
     examples = [
-        {"prompt": task.build_prompt(row["problem"], tokenizer), "completion": task.reference_completion(row)}
+        {
+            "prompt": task.build_prompt(row["problem"], tokenizer),
+            "completion": task.reference_completion(row),
+        }
         for row in train.iter_rows(named=True)
     ]
     log.info("SFT on %d reference solutions", len(examples))

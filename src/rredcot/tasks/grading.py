@@ -35,6 +35,8 @@ DEFAULT_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; not charged to any answer
 BATCH_SIZE = 256  # pairs per request line to the worker
 
+Verdict = bool | Literal["timeout", "error"]  # what the worker says about one pair
+
 _BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
@@ -74,7 +76,9 @@ def verify_math(response: str, gold: str, timeout_s: float = DEFAULT_TIMEOUT_S) 
 
     math-verify 0.9.0 with its default extraction; gold parsed first and passed first
     (`verify(gold, pred)` is not symmetric: a gold interval `(1,2)` rejects the relation
-    `1<x<2`, the reverse accepts). Both sides are wrapped as `\\boxed{...}` before parsing.
+    `1<x<2`, the reverse accepts). Both sides are wrapped as `\\boxed{...}` before parsing;
+    so wrapped, every gold of the mirrored benchmarks verifies against itself. A gold sympy
+    cannot read (5 of Minerva's, e.g. `E_{1},E_{2}`) is compared as a string, as math-verify does.
     """
     return grade_many([(response, gold)], timeout_s)[0]
 
@@ -84,31 +88,30 @@ def grade_many(
 ) -> list[Grade]:
     """`verify_math` over (response, gold) pairs, streamed through the worker in batches.
 
-    `timeout_s` bounds each pair separately. Responses without a box are judged here
-    ("no_answer") and never sent.
+    `timeout_s` bounds each pair separately (from the previous pair's reply). Responses without
+    a box, or with an empty one, are judged here ("no_answer") and never sent.
     """
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     pairs = list(pairs)
-    grades: list[Grade | None] = [None] * len(pairs)
-    todo: list[tuple[int, str, str]] = []  # (index, gold, extracted)
-    for i, (response, gold) in enumerate(pairs):
+    for i, (_, gold) in enumerate(pairs):
         if not isinstance(gold, str) or not gold.strip():
             raise ValueError(f"gold answer of pair {i} must be a non-empty string, got {gold!r}")
-        pred = extract_last_boxed(response)
-        if not pred:
-            grades[i] = Grade(False, pred, "no_answer")
-        else:
-            todo.append((i, gold.strip(), pred))
-    if todo:
-        verdicts = _WORKER.run([(gold, pred) for _, gold, pred in todo], timeout_s)
-        for (i, _, pred), verdict in zip(todo, verdicts, strict=True):
-            if verdict is True or verdict is False:
-                grades[i] = Grade(verdict, pred, "ok")
-            else:
-                grades[i] = Grade(False, pred, verdict)
-    assert all(g is not None for g in grades)
-    return grades  # type: ignore[return-value]
+    preds = [extract_last_boxed(response) for response, _ in pairs]
+    asked = [i for i, pred in enumerate(preds) if pred]
+    verdicts: dict[int, Verdict] = {}
+    if asked:
+        jobs = [(pairs[i][1].strip(), preds[i] or "") for i in asked]
+        verdicts = dict(zip(asked, _WORKER.run(jobs, timeout_s), strict=True))
+    return [_to_grade(pred, verdicts.get(i)) for i, pred in enumerate(preds)]
+
+
+def _to_grade(pred: str | None, verdict: Verdict | None) -> Grade:
+    if verdict is None:
+        return Grade(False, pred, "no_answer")
+    if verdict == "timeout" or verdict == "error":
+        return Grade(False, pred, verdict)
+    return Grade(verdict, pred, "ok")
 
 
 def shutdown_worker() -> None:
@@ -140,9 +143,7 @@ def _serve() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)  # "timeout disabled" warnings
     parent = os.getppid()
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-    import math_verify  # noqa: F401  (import before "ready": startup is not an answer's time)
-
-    _parse_and_verify("1", "1")  # warm the parser caches
+    _parse_and_verify("1", "1")  # import and warm up before "ready": not an answer's time
     proto.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         for gold, pred in json.loads(line)["pairs"]:
@@ -162,8 +163,6 @@ def _exit_when_orphaned(parent: int) -> None:
 
 
 # --- in the calling process ----------------------------------------------------------------
-
-Verdict = bool | Literal["timeout", "error"]
 
 
 class _GradingWorker:
@@ -186,14 +185,17 @@ class _GradingWorker:
         gets "timeout" / "error" and the rest continue in a fresh worker."""
         out: list[Verdict] = []
         with self._lock:
-            while len(out) < len(pairs):
-                batch = pairs[len(out) : len(out) + BATCH_SIZE]
-                self._send(batch)
-                for _ in batch:
-                    verdict = self._receive(timeout_s)
-                    out.append(verdict)
-                    if self._proc is None:
-                        break  # worker replaced: resend what is left of the batch
+            try:
+                while len(out) < len(pairs):
+                    batch = pairs[len(out) : len(out) + BATCH_SIZE]
+                    self._send(batch)
+                    for _ in batch:
+                        out.append(self._receive(timeout_s))
+                        if self._proc is None:
+                            break  # worker replaced: resend what is left of the batch
+            except BaseException:  # e.g. KeyboardInterrupt: replies still queued would
+                self._stop()  # answer the next caller's pairs, so start afresh next time
+                raise
         return out
 
     def close(self) -> None:

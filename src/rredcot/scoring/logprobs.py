@@ -1,0 +1,134 @@
+"""Teacher-forced next-token log-probabilities and entropies (METHOD.md §1-§2).
+
+Everything RREDCoT estimates is a teacher-forced score of given tokens under the policy;
+nothing is generated. This module holds the plain, one-sequence-per-pass computations: per-token
+log π and entropy H_j = −Σ_v π(v | x, z_<j) log π(v | x, z_<j) (the segmentation's decision
+points), and the naive continuation score that `rredcot.scoring.packed` is tested against.
+
+Logits are upcast to at least float32 before `log_softmax` (float64 stays float64), and the
+vocabulary-sized temporaries are processed in row chunks so a long trace of a large-vocabulary
+model does not hold several (L, V) float32 copies at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+# Rows of (rows, V) logits turned into log-probs at once: bounds the float32 temporaries to
+# about 2^25 elements (128 MiB) whatever the vocabulary size.
+_MAX_CHUNK_ELEMENTS = 1 << 25
+
+
+def _score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; every other floating dtype is scored in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def gather_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, *, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(target) per row of `logits` (N, V), and optionally the entropy of each row.
+
+    log π(v) = z_v − logsumexp(z); H = −Σ_v π(v) log π(v). Rows are handled in chunks.
+    Returns (logprobs (N,), entropies (N,) or None) in float32 (float64 for float64 logits).
+    """
+    if logits.ndim != 2 or targets.shape != logits.shape[:1]:
+        raise ValueError(
+            f"logits/targets: expected (N, V) and (N,), got {tuple(logits.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+    dtype = _score_dtype(logits.dtype)
+    n, vocab = logits.shape
+    chunk = max(1, _MAX_CHUNK_ELEMENTS // max(vocab, 1))
+    logprobs = torch.empty(n, dtype=dtype, device=logits.device)
+    entropies = torch.empty(n, dtype=dtype, device=logits.device) if with_entropy else None
+    for start in range(0, n, chunk):
+        rows = slice(start, start + chunk)
+        log_pi = torch.log_softmax(logits[rows].to(dtype), dim=-1)  # (n_chunk, V)
+        logprobs[rows] = log_pi.gather(-1, targets[rows, None]).squeeze(-1)
+        if entropies is not None:
+            entropies[rows] = -(log_pi.exp() * log_pi).sum(-1)
+    return logprobs, entropies
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions 0, 1, … counted over real tokens only, so left padding does not shift RoPE."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position log π of the next token and entropy of the next-token distribution.
+
+    input_ids, attention_mask: (B, L), left or right padding (1 = real token).
+    Returns (logprobs, entropies), both (B, L−1): entry j scores token j+1 given tokens ≤ j,
+    i.e. logprobs[:, j] = log π(z_{j+1} | z_≤j) and entropies[:, j] = H of that distribution.
+    Positions where token j or j+1 is padding are 0. Runs under the caller's grad mode.
+    """
+    if input_ids.ndim != 2 or attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids/attention_mask: expected equal (B, L) shapes, got "
+            f"{tuple(input_ids.shape)} and {tuple(attention_mask.shape)}"
+        )
+    batch, length = input_ids.shape
+    if length < 2:
+        raise ValueError(f"input_ids: need at least 2 positions to score a next token, got {length}")
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+    ).logits[:, :-1]  # (B, L-1, V)
+    valid = attention_mask[:, :-1].bool() & attention_mask[:, 1:].bool()  # (B, L-1)
+    logprobs, entropies = gather_logprobs(
+        logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1), with_entropy=True
+    )
+    logprobs = logprobs.view(batch, length - 1).masked_fill(~valid, 0.0)
+    entropies = entropies.view(batch, length - 1).masked_fill(~valid, 0.0)
+    return logprobs, entropies
+
+
+def _check_ids(name: str, ids: Sequence[int], *, allow_empty: bool) -> None:
+    if not allow_empty and len(ids) == 0:
+        raise ValueError(f"{name}: must hold at least one token id")
+
+
+@torch.inference_mode()
+def sequence_logprob_naive(
+    model: torch.nn.Module, prefix_ids: Sequence[int], continuation_ids: Sequence[int]
+) -> float:
+    """log π(c | prefix) = Σ_t log π(c_t | prefix ⊕ c_<t) from one forward pass of prefix ⊕ c.
+
+    The reference implementation: one full pass per (prefix, continuation) pair.
+    """
+    _check_ids("prefix_ids", prefix_ids, allow_empty=False)
+    _check_ids("continuation_ids", continuation_ids, allow_empty=False)
+    device = next(model.parameters()).device
+    ids = torch.tensor([*prefix_ids, *continuation_ids], dtype=torch.long, device=device)
+    n = len(continuation_ids)
+    logits = model(input_ids=ids[None], logits_to_keep=n + 1).logits[0, :-1]  # (n, V)
+    logprobs, _ = gather_logprobs(logits, ids[-n:])
+    return float(logprobs.double().sum())
+
+
+@torch.inference_mode()
+def response_entropies(
+    model: torch.nn.Module, prompt_ids: Sequence[int], response_ids: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(z_t | x, z_<t) and H_t for every response token t = 0 … T−1 of one trace.
+
+    H_t is the entropy of the distribution z_t was drawn from (METHOD.md §2 step 2).
+    Returns (logprobs (T,), entropies (T,)), float32 (float64 for a float64 model).
+    """
+    _check_ids("prompt_ids", prompt_ids, allow_empty=False)
+    _check_ids("response_ids", response_ids, allow_empty=False)
+    device = next(model.parameters()).device
+    # The last response token predicts nothing we need, so it is not fed.
+    ids = torch.tensor([*prompt_ids, *response_ids[:-1]], dtype=torch.long, device=device)
+    n = len(response_ids)
+    logits = model(input_ids=ids[None], logits_to_keep=n).logits[0]  # (T, V)
+    targets = torch.tensor(response_ids, dtype=torch.long, device=device)
+    logprobs, entropies = gather_logprobs(logits, targets, with_entropy=True)
+    return logprobs, entropies

@@ -1,0 +1,358 @@
+"""Generation backends on a tiny random Qwen3 loaded from disk the way real checkpoints are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from rredcot.generation import (
+    BackendUnavailableError,
+    Completion,
+    SamplingParams,
+    derive_seed,
+    get_backend,
+)
+from rredcot.generation.hf import HFBackend, _GumbelSampler
+from rredcot.generation.vllm import completions_from_request_outputs
+from rredcot.models.tokenizer import build_byte_tokenizer
+
+PROMPTS = ["Compute 2+3.", "x", "A somewhat longer prompt, so that the batch is padded."]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A model this small runs fastest on one thread, and the CI machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tokenizer = build_byte_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config)
+    # A checkpoint's own sampling defaults must not leak into the backend's sampling.
+    model.generation_config.do_sample = True
+    model.generation_config.temperature = 0.6
+    model.generation_config.top_k = 20
+    model.generation_config.repetition_penalty = 1.3
+    path = tmp_path_factory.mktemp("tiny_qwen3")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def backend(checkpoint: Path) -> HFBackend:
+    return HFBackend.from_pretrained(str(checkpoint), batch_size=4, show_progress=False)
+
+
+def _key(c: Completion) -> tuple:
+    return (c.prompt_index, c.sample_index, c.text, c.token_ids, c.finish_reason)
+
+
+# --- sampling parameters -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 0),
+        ("n", True),
+        ("temperature", -0.1),
+        ("temperature", float("nan")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("max_new_tokens", 0),
+        ("seed", -1),
+        ("stop_strings", "###"),
+        ("stop_strings", ("ok", "")),
+        ("logprobs", 1),
+    ],
+)
+def test_sampling_params_reject_bad_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"SamplingParams.{field}"):
+        SamplingParams(**{field: value})
+
+
+def test_sampling_params_normalise_stop_list_to_tuple() -> None:
+    assert SamplingParams(stop_strings=["a", "b"]).stop_strings == ("a", "b")
+    assert SamplingParams(temperature=0).greedy
+
+
+def test_completion_checks_lengths() -> None:
+    with pytest.raises(ValueError, match="num_tokens"):
+        Completion(0, 0, "ab", [1, 2], "stop", 3)
+    with pytest.raises(ValueError, match="logprobs"):
+        Completion(0, 0, "ab", [1, 2], "stop", 2, [-1.0])
+    with pytest.raises(ValueError, match="finish_reason"):
+        Completion(0, 0, "ab", [1, 2], "eos", 2)
+
+
+def test_derive_seed_is_stable_and_distinct() -> None:
+    seeds = {derive_seed(s, p, k) for s in range(3) for p in range(20) for k in range(5)}
+    assert len(seeds) == 3 * 20 * 5
+    assert all(0 <= s < 2**63 for s in seeds)
+    assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3)
+    assert derive_seed(1, 2, 3) != derive_seed(1, 23)
+
+
+# --- the Gumbel-max sampler on its own ------------------------------------------------------
+
+
+def test_gumbel_sampler_matches_tempered_softmax() -> None:
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    rows = 8000
+    sampler = _GumbelSampler(list(range(rows)), 0.7, 1.0, record_logprobs=False)
+    scores = sampler(torch.zeros((rows, 1), dtype=torch.long), logits.repeat(rows, 1))
+    freq = torch.bincount(scores.argmax(-1), minlength=4).double() / rows
+    expected = torch.softmax(logits.double() / 0.7, dim=-1)
+    assert torch.allclose(freq, expected, atol=0.02), (freq, expected)
+
+
+def test_gumbel_sampler_top_p_keeps_only_the_nucleus() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    rows = 2000
+    sampler = _GumbelSampler(list(range(rows)), 1.0, 0.7, record_logprobs=True)
+    scores = sampler(torch.zeros((rows, 1), dtype=torch.long), logits.repeat(rows, 1))
+    chosen = scores.argmax(-1)
+    assert set(chosen.tolist()) == {0, 1}  # 0.5 + 0.3 >= 0.7: tokens 2 and 3 are cut
+    assert (chosen == 0).double().mean().item() == pytest.approx(0.5 / 0.8, abs=0.04)
+    # Recorded log-probs are raw (untempered, untruncated) log pi of the chosen token.
+    assert torch.allclose(sampler.logprobs[0], logits.log_softmax(-1)[chosen])
+
+
+# --- the HF backend -------------------------------------------------------------------------
+
+
+def test_same_seed_same_completions_other_seed_differs(backend: HFBackend) -> None:
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=7)
+    first = backend.generate(PROMPTS, params)
+    again = backend.generate(PROMPTS, params)
+    other = backend.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=12, seed=8))
+    assert [_key(c) for c in first] == [_key(c) for c in again]
+    assert [c.token_ids for c in first] != [c.token_ids for c in other]
+
+
+def test_n_samples_per_prompt_in_order(backend: HFBackend) -> None:
+    completions = backend.generate(PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=1))
+    assert [(c.prompt_index, c.sample_index) for c in completions] == [
+        (p, s) for p in range(len(PROMPTS)) for s in range(3)
+    ]
+    for p in range(len(PROMPTS)):
+        samples = {tuple(c.token_ids) for c in completions if c.prompt_index == p}
+        assert len(samples) == 3  # the n samples of one prompt are different draws
+
+
+def test_max_new_tokens_and_decoding(backend: HFBackend, checkpoint: Path) -> None:
+    tokenizer = backend.tokenizer
+    completions = backend.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=9, seed=3))
+    for c in completions:
+        assert c.num_tokens == len(c.token_ids) <= 9
+        if c.finish_reason == "length":
+            assert c.num_tokens == 9
+        assert tokenizer.decode(c.token_ids, skip_special_tokens=True) == c.text
+        assert tokenizer.eos_token_id not in c.token_ids
+
+
+def test_eos_ends_a_completion_and_is_dropped(backend: HFBackend) -> None:
+    # Near-uniform sampling over 259 tokens: EOS turns up within 2000 draws.
+    params = SamplingParams(n=8, temperature=20.0, max_new_tokens=64, seed=0, logprobs=True)
+    completions = backend.generate(PROMPTS, params)
+    ended = [c for c in completions if c.finish_reason == "stop"]
+    assert ended, "no sample drew EOS; the test needs one"
+    for c in ended:
+        assert c.num_tokens < 64
+        assert backend.tokenizer.eos_token_id not in c.token_ids
+        assert len(c.logprobs) == c.num_tokens
+
+
+def test_finish_drops_padding_and_eos(backend: HFBackend) -> None:
+    eos, pad = backend.tokenizer.eos_token_id, backend.tokenizer.pad_token_id
+    a, b = backend.tokenizer.convert_tokens_to_ids(["A", "B"])
+    assert backend._finish([a, b, eos, pad, pad], None, ()) == ([a, b], "AB", "stop")
+    assert backend._finish([a, b, a], None, ()) == ([a, b, a], "ABA", "length")
+    # A stop string cuts after its first occurrence even past where the criterion stopped.
+    assert backend._finish([a, b, a, b, pad], 4, ("BA",)) == ([a, b, a], "ABA", "stop")
+
+
+def test_stop_strings_cut_text_and_set_finish_reason(backend: HFBackend) -> None:
+    base = SamplingParams(n=4, max_new_tokens=40, seed=11)
+    free = backend.generate(PROMPTS, base)
+    # Pick two-character stop strings that occur mid-text in the free-running samples.
+    stops = []
+    for c in free:
+        text = c.text
+        for i in range(3, len(text) - 1):
+            pair = text[i : i + 2]
+            if pair.isascii() and pair.isprintable() and pair not in text[: i + 1]:
+                stops.append(pair)
+                break
+    assert len(stops) >= 2, "the samples hold no usable stop string; change the seed"
+    stops = tuple(stops[:2])
+    cut = backend.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=40, seed=11,
+                                                   stop_strings=stops))
+    hits = 0
+    for before, after in zip(free, cut, strict=True):
+        ends = [before.text.find(s) + len(s) for s in stops if s in before.text]
+        if ends:
+            hits += 1
+            assert after.finish_reason == "stop"
+            assert after.text == before.text[: min(ends)]
+            assert after.token_ids == before.token_ids[: after.num_tokens]
+            assert backend.tokenizer.decode(after.token_ids) == after.text
+        else:
+            assert _key(after) == _key(before)
+    assert hits >= 2
+
+
+def test_greedy_equals_argmax_decoding(backend: HFBackend) -> None:
+    params = SamplingParams(n=2, temperature=0, max_new_tokens=12, logprobs=True)
+    completions = backend.generate(PROMPTS, params)
+    model, tokenizer = backend.model, backend.tokenizer
+    for c in completions:
+        ids = tokenizer(PROMPTS[c.prompt_index])["input_ids"]
+        expected: list[int] = []
+        with torch.no_grad():
+            for _ in range(12):
+                logits = model(torch.tensor([ids + expected])).logits[0, -1]
+                token = int(logits.argmax())
+                if token == tokenizer.eos_token_id:
+                    break
+                expected.append(token)
+        assert c.token_ids == expected
+    assert completions[0].token_ids == completions[1].token_ids  # greedy: samples agree
+
+
+def test_tiny_temperature_or_top_p_reduce_to_greedy(backend: HFBackend) -> None:
+    greedy = backend.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=10))
+    cold = backend.generate(PROMPTS, SamplingParams(temperature=1e-4, max_new_tokens=10))
+    narrow = backend.generate(PROMPTS, SamplingParams(top_p=1e-6, max_new_tokens=10))
+    assert [c.token_ids for c in cold] == [c.token_ids for c in greedy]
+    assert [c.token_ids for c in narrow] == [c.token_ids for c in greedy]
+
+
+def test_logprobs_are_raw_teacher_forced_logprobs(backend: HFBackend) -> None:
+    params = SamplingParams(n=2, temperature=0.8, top_p=0.9, max_new_tokens=10, logprobs=True)
+    for c in backend.generate(PROMPTS, params):
+        prompt = backend.tokenizer(PROMPTS[c.prompt_index])["input_ids"]
+        ids = torch.tensor([prompt + c.token_ids])
+        with torch.no_grad():
+            logp = backend.model(ids).logits[0].log_softmax(-1)
+        positions = torch.arange(len(prompt) - 1, len(prompt) - 1 + c.num_tokens)
+        expected = logp[positions, torch.tensor(c.token_ids)]
+        assert torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+
+
+def test_result_independent_of_batch_size_and_other_prompts(checkpoint: Path) -> None:
+    """The documented guarantee: tokens, text and finish reason exact; log-probs to rounding."""
+    params = SamplingParams(n=3, max_new_tokens=15, seed=5, stop_strings=("e",), logprobs=True)
+    results = []
+    for batch_size in (1, 4, 16):
+        hf = HFBackend.from_pretrained(str(checkpoint), batch_size=batch_size, show_progress=False)
+        results.append(hf.generate(PROMPTS, params))
+    alone = hf.generate(PROMPTS[:1] + ["some other prompt entirely"], params)[:3]
+    assert all(len(r) == 3 * len(PROMPTS) for r in results)
+    for other in (*results[1:], alone):
+        for c, d in zip(results[0], other, strict=False):  # `alone`: prompt 0's samples
+            assert _key(c) == _key(d)
+            assert torch.allclose(torch.tensor(c.logprobs), torch.tensor(d.logprobs), atol=1e-5)
+
+
+def test_generate_rejects_bad_prompts(backend: HFBackend) -> None:
+    with pytest.raises(ValueError, match="single string"):
+        backend.generate("abc", SamplingParams())
+    with pytest.raises(ValueError, match=r"entries \[1\] are empty"):
+        backend.generate(["a", ""], SamplingParams())
+    assert backend.generate([], SamplingParams()) == []
+
+
+# --- backend selection and vLLM -------------------------------------------------------------
+
+
+def test_get_backend_selects_by_name(checkpoint: Path) -> None:
+    hf = get_backend("hf", str(checkpoint), batch_size=2, show_progress=False)
+    assert isinstance(hf, HFBackend) and hf.batch_size == 2
+    with pytest.raises(ValueError, match=r"allowed names are \['hf', 'vllm'\]"):
+        get_backend("sglang", str(checkpoint))
+
+
+def test_vllm_missing_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail here
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'rredcot\[gpu\]'") as info:
+        get_backend("vllm", "Qwen/Qwen3-4B")
+    assert "backend: hf" in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def _out(index, text, token_ids, finish_reason, stop_reason=None, logprobs=None):
+    steps = None
+    if logprobs is not None:
+        steps = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(token_ids, logprobs)]
+    return SimpleNamespace(
+        index=index,
+        text=text,
+        token_ids=token_ids,
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+        logprobs=steps,
+    )
+
+
+def test_vllm_outputs_convert_to_completions() -> None:
+    eos = 2
+    requests = [
+        SimpleNamespace(
+            outputs=[  # vLLM may list samples out of index order
+                _out(1, "ab}", [10, 11, 12], "stop", "}", [-0.1, -0.2, -0.3]),
+                _out(0, "ab", [10, 11, eos], "stop", None, [-0.1, -0.2, -0.5]),
+            ]
+        ),
+        SimpleNamespace(
+            outputs=[
+                _out(0, "abc", [10, 11, 13], "length", None, [-1.0, -1.0, -1.0]),
+                _out(1, "a", [10, 99], "stop", 99, [-1.0, -2.0]),  # generation-config stop id
+            ]
+        ),
+    ]
+    params = SamplingParams(n=2, stop_strings=("}",), logprobs=True)
+    got = completions_from_request_outputs(requests, params, eos_token_id=eos)
+    assert [(c.prompt_index, c.sample_index) for c in got] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert got[0] == Completion(0, 0, "ab", [10, 11], "stop", 2, [-0.1, -0.2])
+    assert got[1] == Completion(0, 1, "ab}", [10, 11, 12], "stop", 3, [-0.1, -0.2, -0.3])
+    assert got[2] == Completion(1, 0, "abc", [10, 11, 13], "length", 3, [-1.0, -1.0, -1.0])
+    assert got[3] == Completion(1, 1, "a", [10], "stop", 1, [-1.0])
+
+
+def test_vllm_conversion_rejects_unexpected_outputs() -> None:
+    params = SamplingParams(n=1)
+    aborted = [SimpleNamespace(outputs=[_out(0, "", [], "abort")])]
+    with pytest.raises(ValueError, match="finish_reason 'abort'"):
+        completions_from_request_outputs(aborted, params, eos_token_id=2)
+    two = [SimpleNamespace(outputs=[_out(0, "", [], "stop"), _out(1, "", [], "stop")])]
+    with pytest.raises(ValueError, match="2 samples, expected n=1"):
+        completions_from_request_outputs(two, params, eos_token_id=2)
+    no_logprobs = [SimpleNamespace(outputs=[_out(0, "a", [5], "length")])]
+    with pytest.raises(ValueError, match="log-probs missing"):
+        completions_from_request_outputs(no_logprobs, SamplingParams(logprobs=True), 2)

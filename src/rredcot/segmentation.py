@@ -30,7 +30,9 @@ available):
   a keyword spanning several tokens puts it at its first token. Keyword occurrences separated only
   by whitespace form one run with one boundary before it (`"\\n\\nWait"` opens one segment, not a
   `"\\n\\n"` segment followed by a `"Wait"` one); a run with nothing but whitespace after it (a
-  trailing newline) opens no segment.
+  trailing newline) opens no segment. After snapping, a segment holding only whitespace joins
+  the next one (the last joins the previous one), so every keyword segment holds some text
+  unless the whole response is whitespace.
 - Fewer keyword segments than K: `hybrid` splits by the inverse of its merge score:
   `pair_entropy_sum` splits the segment with the largest entropy sum before its highest-entropy
   token (never its first); `boundary_entropy` adds boundaries before the highest-entropy tokens
@@ -266,14 +268,33 @@ def _snap_to_tokens(char_starts: Sequence[int], token_ends: np.ndarray) -> np.nd
     return np.searchsorted(token_ends, np.asarray(char_starts, dtype=np.int64), side="right")
 
 
+def _drop_blank_segments(cuts: np.ndarray, text: str, token_ends: np.ndarray) -> list[int]:
+    """Boundaries without whitespace-only segments: snapping can move a line's only text into the
+    next segment (tokens "\\n", "b\\n"); such a segment joins the next one (the last joins the
+    previous one). One regex probe per boundary, not per token."""
+    num_tokens = len(token_ends)
+    char_start = np.concatenate(([0], token_ends))  # character offset where token j starts
+
+    def has_text(first: int, stop: int) -> bool:
+        return _NONSPACE.search(text, int(char_start[first]), int(char_start[stop])) is not None
+
+    kept = [0]
+    for b in _result(cuts, num_tokens)[1:-1]:
+        if has_text(kept[-1], b):
+            kept.append(b)
+    if len(kept) > 1 and not has_text(kept[-1], num_tokens):
+        kept.pop()
+    return [*kept, num_tokens] if num_tokens > 0 else kept
+
+
 def _keyword_split(
     token_texts: Sequence[str], keywords: Sequence[str], discourse_markers: bool
 ) -> np.ndarray:
     """Boundaries (int64) of the plain keyword split, before any count fitting."""
     text = "".join(token_texts)
     starts = _keyword_char_starts(text, _keyword_pattern(keywords, discourse_markers))
-    cuts = _snap_to_tokens(starts, _token_ends(token_texts))
-    return np.asarray(_result(cuts, len(token_texts)), dtype=np.int64)
+    ends = _token_ends(token_texts)
+    return np.asarray(_drop_blank_segments(_snap_to_tokens(starts, ends), text, ends), np.int64)
 
 
 # --------------------------------------------------------------------------- count fitting
@@ -294,7 +315,8 @@ def _fit_count(
         i = int(np.argmin(merge_costs(bounds)))  # first minimum = leftmost pair
         bounds = np.delete(bounds, i + 1)
     while len(bounds) - 1 < num_segments:
-        bounds = np.insert(bounds, np.searchsorted(bounds, (cut := split_point(bounds))), cut)
+        cut = split_point(bounds)
+        bounds = np.insert(bounds, np.searchsorted(bounds, cut), cut)
     return bounds.tolist()
 
 
@@ -495,8 +517,8 @@ def segment(
     logprobs: (T,) log π(z_j | x, z_{<j}) (low_prob_cutpoints).
     """
     cfg = SegmentationConfig() if config is None else config
-    if isinstance(token_texts, str) or not all(isinstance(t, str) for t in token_texts):
-        raise ValueError("token_texts: expected a sequence of str (one decoded text per token)")
+    if isinstance(token_texts, str):
+        raise ValueError("token_texts: expected a sequence of str (one per token), got one str")
     return STRATEGIES[cfg.strategy](token_texts, entropies, logprobs, cfg)
 
 

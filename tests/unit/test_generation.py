@@ -211,8 +211,9 @@ def test_stop_strings_cut_text_and_set_finish_reason(backend: HFBackend) -> None
                 break
     assert len(stops) >= 2, "the samples hold no usable stop string; change the seed"
     stops = tuple(stops[:2])
-    cut = backend.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=40, seed=11,
-                                                   stop_strings=stops))
+    cut = backend.generate(
+        PROMPTS, SamplingParams(n=4, max_new_tokens=40, seed=11, stop_strings=stops)
+    )
     hits = 0
     for before, after in zip(free, cut, strict=True):
         ends = [before.text.find(s) + len(s) for s in stops if s in before.text]
@@ -309,7 +310,9 @@ def test_vllm_missing_gives_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 def _out(index, text, token_ids, finish_reason, stop_reason=None, logprobs=None):
     steps = None
     if logprobs is not None:
-        steps = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(token_ids, logprobs)]
+        steps = [
+            {t: SimpleNamespace(logprob=lp)} for t, lp in zip(token_ids, logprobs, strict=True)
+        ]
     return SimpleNamespace(
         index=index,
         text=text,

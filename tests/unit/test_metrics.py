@@ -15,7 +15,8 @@ from rredcot.evaluation.metrics import avg_at_k, bootstrap_ci, mean_std_over_see
 
 def _rewards(rows: list[tuple[str, int, float | None]]) -> pl.DataFrame:
     return pl.DataFrame(
-        rows, schema={"problem_id": pl.String, "sample_index": pl.Int64, "reward": pl.Float64},
+        rows,
+        schema={"problem_id": pl.String, "sample_index": pl.Int64, "reward": pl.Float64},
         orient="row",
     )
 

@@ -59,10 +59,13 @@ class SamplingParams:
             or not isinstance(self.top_p, int | float)
             or not 0 < self.top_p <= 1
         ):
-            raise ValueError(f"SamplingParams.top_p: expected a number in (0, 1], got {self.top_p!r}")
+            raise ValueError(
+                f"SamplingParams.top_p: expected a number in (0, 1], got {self.top_p!r}"
+            )
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ValueError(
-                f"SamplingParams.max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}"
+                "SamplingParams.max_new_tokens: expected an integer >= 1, "
+                f"got {self.max_new_tokens!r}"
             )
         if not _is_int(self.seed) or self.seed < 0:
             raise ValueError(f"SamplingParams.seed: expected an integer >= 0, got {self.seed!r}")
@@ -115,8 +118,8 @@ class Completion:
             )
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ValueError(
-                f"Completion.logprobs: {len(self.logprobs)} values for {len(self.token_ids)} tokens "
-                f"(prompt {self.prompt_index}, sample {self.sample_index})"
+                f"Completion.logprobs: {len(self.logprobs)} values for {len(self.token_ids)} "
+                f"tokens (prompt {self.prompt_index}, sample {self.sample_index})"
             )
 
 

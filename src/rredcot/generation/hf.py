@@ -41,6 +41,9 @@ class HFBackend:
 
     `batch_size` counts sequences (prompt x sample rows) per `generate` call. Rows are sorted by
     prompt length before batching, which cuts padding and, by the guarantee, changes no result.
+    Prompts are tokenized with the tokenizer's defaults (as vLLM does); only the EOS ids of the
+    checkpoint's generation_config.json are used, never its sampling settings. A tokenizer
+    without a pad token gets its EOS token as pad (padding is masked and never returned).
     """
 
     def __init__(

@@ -75,7 +75,9 @@ def token_logprobs(
         )
     batch, length = input_ids.shape
     if length < 2:
-        raise ValueError(f"input_ids: need at least 2 positions to score a next token, got {length}")
+        raise ValueError(
+            f"input_ids: need at least 2 positions to score a next token, got {length}"
+        )
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,

@@ -7,24 +7,28 @@ C*_j), every
     S[k, m] = log π(c_m | s_k) = Σ_t log π(c_m,t | x ⊕ τ_<b_k ⊕ c_m,<t),   s_k = x ⊕ τ_<b_k.
 
 Doing one full pass per (k, m) re-encodes the trace (K+1)·M times. Here the trace is encoded
-once and the continuations of all states share that encoding:
+once and the continuations of all states reuse its keys and values:
 
 1. **Trace pass.** One causal forward of x ⊕ τ with `use_cache=True`. The logits at position
    P + b_k − 1 (P = |x|) score the first token c_m,0 of every continuation at state k; no other
    trace logits are projected onto the vocabulary.
-2. **Continuation pass.** All (K+1)·M continuations, minus their last token (it predicts
-   nothing), are packed into one row per trace, state-major: [c_1 @ s_0][c_2 @ s_0] … [c_M @ s_K].
-   A 4D additive mask lets a token of the block (k, m) see cached trace positions < P + b_k and,
-   causally, the earlier tokens of its own block only; its position id is P + b_k + t, exactly
-   where it would sit in the unpacked sequence s_k ⊕ c_m, so RoPE sees the same relative
-   positions. The output at c_m,t scores c_m,t+1.
+2. **Continuation pass.** One batch row per state k holds c_1 … c_M packed, each without its
+   last token (it predicts nothing). The row's copy of the trace cache is masked by a 4D additive
+   mask so that it sees trace positions < P + b_k only, and each packed block attends causally
+   to itself only; position ids are P + b_k + t, exactly where c_m,t sits in the unpacked
+   s_k ⊕ c_m, so RoPE sees the same relative positions. The output at c_m,t scores c_m,t+1.
 
-So a trace costs 2 forward passes whatever K and M (1 + the number of chunks when
-`max_tokens_per_pass` caps the packed row; the trace KV cache is cropped back and reused).
-A prepared 4D mask is handed to the attention function as-is by transformers' `masking_utils`,
-and both the `eager` (adds it to the scores) and `sdpa` (passes it as `attn_mask`)
-implementations accept a float additive mask; flash/flex attention cannot take it, so other
-implementations are refused.
+One row per state rather than one row for everything: a single packed row of all (K+1)·M
+blocks attends over Q × (P + T + Q) entries, mostly masked, which on the tiny model costs more
+than the naive passes save; per-state rows cut that by about K+1 for K+1 small copies of the
+trace cache (measured in scripts/bench_scoring.py).
+
+A trace therefore costs 2 forward passes whatever K and M; several traces batched together
+cost the same 2. `max_tokens_per_pass` caps the packed continuation tokens per pass (rows ×
+width, padding included) and adds one pass per extra chunk; the trace cache is reused, never
+recomputed. transformers hands a prepared 4D mask to the attention function as-is
+(`masking_utils._preprocess_mask_arguments`); `eager` adds it to the scores and `sdpa` passes it
+as `attn_mask`, so both work. Flash and flex attention cannot take it and are refused.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from rredcot.scoring.logprobs import gather_logprobs
 
@@ -93,68 +98,85 @@ def _check_model(model: torch.nn.Module) -> None:
         )
 
 
-@dataclass
-class _Packed:
-    """The continuation tokens of one trace, laid out state-major (tensors on the device)."""
+@dataclass(frozen=True)
+class _Group:
+    """Some continuations of one trace packed back to back, each without its last token."""
 
-    inputs: torch.Tensor  # (S,) c_m,t for t < |c_m| − 1
-    targets: torch.Tensor  # (S,) c_m,t+1
-    item: torch.Tensor  # (S,) k·M + m
-    visible: torch.Tensor  # (S,) P + b_k: trace positions the token may attend to
-    position: torch.Tensor  # (S,) P + b_k + t
-    item_tokens: list[int]  # tokens per item, k·M + m order
+    inputs: torch.Tensor  # (W,) c_m,t for t < |c_m| − 1
+    targets: torch.Tensor  # (W,) c_m,t+1, the token each input predicts
+    cont: torch.Tensor  # (W,) m
+    offset: torch.Tensor  # (W,) t
 
 
-def _pack(spec: TraceSpec, device: torch.device) -> _Packed:
-    """Token-level index tensors for all (K+1)·M continuation blocks of one trace."""
-    num_states, num_cont = spec.num_states, len(spec.continuations)
-    p = len(spec.prompt_ids)
-    lens = torch.tensor([len(c) - 1 for c in spec.continuations], dtype=torch.long)  # (M,)
-    body = [tok for c in spec.continuations for tok in c[:-1]]
-    tail = [tok for c in spec.continuations for tok in c[1:]]
-    per_state = int(lens.sum())
-    offsets = lens.cumsum(0) - lens  # (M,) start of each continuation in one state's block
-    m_of = torch.repeat_interleave(torch.arange(num_cont), lens)  # (S_state,)
-    t_of = torch.arange(per_state) - offsets[m_of]  # (S_state,)
-    k_of = torch.repeat_interleave(torch.arange(num_states), per_state)  # (S,)
-    visible = p + torch.tensor(list(spec.boundaries), dtype=torch.long)[k_of]
-    return _Packed(
-        inputs=torch.tensor(body, dtype=torch.long).repeat(num_states).to(device),
-        targets=torch.tensor(tail, dtype=torch.long).repeat(num_states).to(device),
-        item=(k_of * num_cont + m_of.repeat(num_states)).to(device),
-        visible=visible.to(device),
-        position=(visible + t_of.repeat(num_states)).to(device),
-        item_tokens=lens.repeat(num_states).tolist(),
+def _split_continuations(lengths: Sequence[int], cap: int | None) -> list[list[int]]:
+    """Indices m with at least one packed token, in order, split greedily into groups of at
+    most `cap` tokens (a continuation longer than `cap` forms a group of its own)."""
+    groups: list[list[int]] = [[]]
+    size = 0
+    for m, n in enumerate(lengths):
+        if n == 0:
+            continue  # a one-token continuation is scored by the trace pass alone
+        if cap is not None and groups[-1] and size + n > cap:
+            groups.append([])
+            size = 0
+        groups[-1].append(m)
+        size += n
+    return [g for g in groups if g]
+
+
+def _pack_group(
+    continuations: Sequence[Sequence[int]], members: list[int], device: torch.device
+) -> _Group:
+    lens = torch.tensor([len(continuations[m]) - 1 for m in members], dtype=torch.long)
+    starts = torch.repeat_interleave(lens.cumsum(0) - lens, lens)
+    return _Group(
+        inputs=torch.tensor([t for m in members for t in continuations[m][:-1]], device=device),
+        targets=torch.tensor([t for m in members for t in continuations[m][1:]], device=device),
+        cont=torch.repeat_interleave(torch.tensor(members), lens).to(device),
+        offset=(torch.arange(int(lens.sum())) - starts).to(device),
     )
 
 
-def _chunk_items(item_tokens: list[int], cap: int | None) -> list[tuple[int, int]]:
-    """Greedy token ranges [start, end) of whole items, each ≤ cap tokens (an item longer
-    than cap gets a range of its own). No cap: one range."""
-    total = sum(item_tokens)
-    if cap is None or total <= cap:
-        return [(0, total)] if total else []
-    ranges, start, size = [], 0, 0
-    for n in item_tokens:
-        if size and size + n > cap:
-            ranges.append((start, start + size))
-            start, size = start + size, 0
-        size += n
-    if size:
-        ranges.append((start, start + size))
-    return ranges
+@dataclass(frozen=True)
+class _Row:
+    """One batch row of a continuation pass: a group of continuations at state k of a trace."""
+
+    trace: int
+    state: int
+    group: _Group
+    visible: int  # P + b_k: the row sees trace positions < visible
+
+
+def _plan_passes(rows: list[_Row], cap: int | None) -> list[list[_Row]]:
+    """Consecutive rows share a pass while rows × width (padding included) stays ≤ cap."""
+    if cap is None:
+        return [rows] if rows else []
+    passes: list[list[_Row]] = []
+    current: list[_Row] = []
+    width = 0
+    for row in rows:
+        wider = max(width, len(row.group.inputs))
+        if current and (len(current) + 1) * wider > cap:
+            passes.append(current)
+            current, wider = [], len(row.group.inputs)
+        current.append(row)
+        width = wider
+    if current:
+        passes.append(current)
+    return passes
 
 
 def _block_mask(
     visible: torch.Tensor, block: torch.Tensor, cache_len: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    """Additive (B, 1, Q, cache_len + Q) mask: query q sees cache positions < visible[q] and,
-    causally, the packed tokens of its own block."""
-    q = block.shape[1]
-    cache_ok = torch.arange(cache_len, device=visible.device) < visible[:, :, None]  # (B, Q, C)
-    idx = torch.arange(q, device=block.device)
+    """Additive (R, 1, W, cache_len + W) mask: row r sees cached trace positions < visible[r];
+    a packed token sees the earlier tokens of its own block (block id −1 marks padding)."""
+    rows, width = block.shape
+    positions = torch.arange(cache_len, device=visible.device)
+    cache_ok = (positions[None, None, :] < visible[:, None, None]).expand(rows, width, cache_len)
+    idx = torch.arange(width, device=block.device)
     same_block = (block[:, :, None] == block[:, None, :]) & (idx[:, None] >= idx[None, :])
-    allowed = torch.cat([cache_ok, same_block], dim=-1)  # (B, Q, C + Q)
+    allowed = torch.cat([cache_ok, same_block], dim=-1)  # (R, W, C + W)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
@@ -176,9 +198,9 @@ def score_states_batch(
 ) -> list[torch.Tensor]:
     """S_i[k, m] = log π(c_m | x_i ⊕ τ_i[:b_k]) for several traces, batched in the same passes.
 
-    Traces are right-padded into one batch (padding is never visible to real tokens), so the
-    whole batch costs 1 trace pass + the continuation passes (1 without a cap).
-    `max_tokens_per_pass` caps the packed continuation tokens per trace and pass.
+    Traces are right-padded into one trace pass (padding is never visible to real tokens); the
+    continuation rows of all traces share the continuation pass(es). `max_tokens_per_pass`
+    caps rows × width of each continuation pass (None: one pass).
     Returns one float64 CPU tensor (K_i+1, M_i) per trace.
     """
     if not traces:
@@ -188,12 +210,9 @@ def score_states_batch(
     _check_model(model)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    batch = len(traces)
 
-    # 1. Trace pass: encode x ⊕ τ once; keep logits only where first tokens are scored.
-    trace_rows = [
-        torch.tensor([*s.prompt_ids, *s.response_ids], dtype=torch.long) for s in traces
-    ]
+    # 1. Trace pass: encode x ⊕ τ once; project onto the vocabulary only at P + b_k − 1.
+    trace_rows = [torch.tensor([*s.prompt_ids, *s.response_ids], dtype=torch.long) for s in traces]
     trace_ids = _pad_rows(trace_rows, 0, device)  # (B, L)
     cache_len = trace_ids.shape[1]
     keep = torch.zeros_like(trace_ids, dtype=torch.bool)  # (B, L)
@@ -202,50 +221,65 @@ def score_states_batch(
         keep[i, first_pos.to(device)] = True
     out = model(input_ids=trace_ids, use_cache=True, logits_to_keep=keep)
     first_log_pi = torch.log_softmax(out.logits.to(torch.float64), dim=-1)  # (Σ(K_i+1), V)
-    cache = out.past_key_values
+    trace_cache = out.past_key_values
+    del out
 
-    scores: list[torch.Tensor] = []
-    row = 0
+    first: list[torch.Tensor] = []  # (K_i+1, M_i): log π(c_m,0 | s_k)
+    base: list[int] = []  # offset of trace i's (k, m) items in the flat `rest`
+    row_start, item_start = 0, 0
     for s in traces:
         first_tok = torch.tensor([c[0] for c in s.continuations], device=device)
-        scores.append(first_log_pi[row : row + s.num_states][:, first_tok].clone())  # (K+1, M)
-        row += s.num_states
+        first.append(first_log_pi[row_start : row_start + s.num_states][:, first_tok])
+        base.append(item_start)
+        row_start += s.num_states
+        item_start += s.num_states * len(s.continuations)
 
-    # 2. Continuation passes: every (state, continuation) block packed into one row per trace.
-    packs = [_pack(s, device) for s in traces]
-    chunks = [_chunk_items(p.item_tokens, max_tokens_per_pass) for p in packs]
-    sums = [torch.zeros(s.num_states * len(s.continuations), dtype=torch.float64) for s in traces]
-    sums = [x.to(device) for x in sums]
-    num_passes = max(len(c) for c in chunks)
-    prev_q = 0  # packed width of the previous pass, cropped off the cache before the next
-    for pass_idx in range(num_passes):
-        ranges = [c[pass_idx] if pass_idx < len(c) else (0, 0) for c in chunks]
-        sl = [slice(a, b) for a, b in ranges]
-        inputs = _pad_rows([p.inputs[r] for p, r in zip(packs, sl, strict=True)], 0, device)
-        targets = _pad_rows([p.targets[r] for p, r in zip(packs, sl, strict=True)], 0, device)
-        # Padding: block −1 (attends only to earlier padding), no trace, position 0.
-        block = _pad_rows([p.item[r] for p, r in zip(packs, sl, strict=True)], -1, device)
-        visible = _pad_rows([p.visible[r] for p, r in zip(packs, sl, strict=True)], 0, device)
-        position = _pad_rows([p.position[r] for p, r in zip(packs, sl, strict=True)], 0, device)
-        real = block >= 0  # (B, Q)
-        if prev_q:
-            cache.crop(-prev_q)  # back to the trace alone
+    # 2. Continuation passes: one row per (trace, state, group of continuations).
+    rows: list[_Row] = []
+    for i, s in enumerate(traces):
+        lengths = [len(c) - 1 for c in s.continuations]
+        groups = [
+            _pack_group(s.continuations, members, device)
+            for members in _split_continuations(lengths, max_tokens_per_pass)
+        ]
+        for k, b in enumerate(s.boundaries):
+            rows.extend(_Row(i, k, g, len(s.prompt_ids) + b) for g in groups)
+
+    rest = torch.zeros(item_start, dtype=torch.float64, device=device)  # Σ_{t≥1} log π(c_m,t)
+    for batch in _plan_passes(rows, max_tokens_per_pass):
+        width = max(len(r.group.inputs) for r in batch)
+        inputs = torch.zeros((len(batch), width), dtype=torch.long, device=device)
+        targets = torch.zeros_like(inputs)
+        position = torch.zeros_like(inputs)
+        item = torch.full_like(inputs, -1)  # flat (trace, k, m) index; −1 = padding
+        for j, r in enumerate(batch):
+            n, m_count = len(r.group.inputs), len(traces[r.trace].continuations)
+            inputs[j, :n] = r.group.inputs
+            targets[j, :n] = r.group.targets
+            position[j, :n] = r.visible + r.group.offset
+            item[j, :n] = base[r.trace] + r.state * m_count + r.group.cont
+        visible = torch.tensor([r.visible for r in batch], device=device)  # (R,)
+        which = torch.tensor([r.trace for r in batch], device=device)  # (R,)
+        row_cache = DynamicCache(
+            ddp_cache_data=[
+                (layer.keys[which], layer.values[which]) for layer in trace_cache.layers
+            ]
+        )
+        real = item >= 0  # (R, W)
         out = model(
             input_ids=inputs,
-            attention_mask=_block_mask(visible, block, cache_len, dtype),
+            attention_mask=_block_mask(visible, item, cache_len, dtype),
             position_ids=position,
-            past_key_values=cache,
+            past_key_values=row_cache,
             use_cache=True,
             logits_to_keep=real,
         )
-        prev_q = inputs.shape[1]
-        log_pi, _ = gather_logprobs(out.logits, targets[real])  # (N,) row-major over `real`
-        counts = real.sum(1).tolist()
-        for i, part in enumerate(torch.split(log_pi.double(), counts)):
-            sums[i].index_add_(0, block[i, : counts[i]], part)
+        log_pi, _ = gather_logprobs(out.logits, targets[real])  # (N,), row-major over `real`
+        rest.index_add_(0, item[real], log_pi.to(torch.float64))
+        del out, row_cache
+
     return [
-        (first + total.view(s.num_states, len(s.continuations))).cpu()
-        for s, first, total in zip(traces, scores, sums, strict=True)
+        (f + rest[b : b + f.numel()].view_as(f)).cpu() for f, b in zip(first, base, strict=True)
     ]
 
 

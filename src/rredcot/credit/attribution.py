@@ -316,7 +316,10 @@ def shapley_from_permutations(
 
 
 def shapley_exact_from_values(value_fn: ValueFn, num_players: int) -> np.ndarray:
-    """φ_k = Σ_{S ⊆ N∖{k}} |S|! (n − |S| − 1)! / n! · (f(S ∪ {k}) − f(S)), from all 2^n coalitions."""
+    """Exact Shapley values from all 2^n coalitions (n = num_players):
+
+    φ_k = Σ_{S ⊆ N∖{k}} |S|! (n − |S| − 1)! / n! · (f(S ∪ {k}) − f(S))
+    """
     subsets = [
         frozenset(c)
         for size in range(num_players + 1)
@@ -470,13 +473,13 @@ def gradient_x_input(
     """
     start = time.perf_counter()
     _check_trace(prompt_ids, response_ids, boundaries, answer_ids, trigger_len)
-    ids = _full_sequence(model, prompt_ids, response_ids, answer_ids)[:, :-1]  # (1, L−1)
-    targets = torch.tensor(answer_ids[trigger_len:], dtype=torch.long, device=ids.device)
-    with torch.enable_grad():
+    # inference_mode(False): tensors made under a caller's inference mode cannot enter autograd.
+    with torch.inference_mode(False), torch.enable_grad():
+        ids = _full_sequence(model, prompt_ids, response_ids, answer_ids)[:, :-1]  # (1, L−1)
+        targets = torch.tensor(answer_ids[trigger_len:], dtype=torch.long, device=ids.device)
         embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)  # (1, L−1, E)
-        logits = model(inputs_embeds=embeds, logits_to_keep=len(targets), use_cache=False).logits[
-            0
-        ]  # (n_target, V)
+        out = model(inputs_embeds=embeds, logits_to_keep=len(targets), use_cache=False)
+        logits = out.logits[0]  # (n_target, V)
         logprobs, _ = gather_logprobs(logits, targets)
         (grad,) = torch.autograd.grad(logprobs.sum(), embeds)
     per_token = (grad * embeds.detach()).sum(-1)[0].double()  # (L−1,)
@@ -544,6 +547,7 @@ def attention_mass(
 
 # --- registry ----------------------------------------------------------------------------------
 
+# fn(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len, config)
 AttributionFn = Callable[
     [
         torch.nn.Module,
@@ -558,26 +562,32 @@ AttributionFn = Callable[
 ]
 
 
-def _loo(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len, config):
-    return leave_one_out(
-        model,
-        prompt_ids,
-        response_ids,
-        boundaries,
-        answer_ids,
-        trigger_len,
-        max_tokens_per_pass=config.max_tokens_per_pass,
-    )
+def _loo(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    boundaries: Sequence[int],
+    answer_ids: Sequence[int],
+    trigger_len: int,
+    config: AttributionConfig,
+) -> AttributionResult:
+    trace = (prompt_ids, response_ids, boundaries, answer_ids, trigger_len)
+    return leave_one_out(model, *trace, max_tokens_per_pass=config.max_tokens_per_pass)
 
 
-def _shapley(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len, config):
+def _shapley(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    boundaries: Sequence[int],
+    answer_ids: Sequence[int],
+    trigger_len: int,
+    config: AttributionConfig,
+) -> AttributionResult:
+    trace = (prompt_ids, response_ids, boundaries, answer_ids, trigger_len)
     return shapley_permutation(
         model,
-        prompt_ids,
-        response_ids,
-        boundaries,
-        answer_ids,
-        trigger_len,
+        *trace,
         permutations=config.shapley_permutations,
         seed=config.seed,
         antithetic=config.antithetic,
@@ -585,15 +595,30 @@ def _shapley(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_le
     )
 
 
-def _grad_x_input(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len, config):
+def _grad_x_input(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    boundaries: Sequence[int],
+    answer_ids: Sequence[int],
+    trigger_len: int,
+    config: AttributionConfig,
+) -> AttributionResult:
     return gradient_x_input(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len)
 
 
-def _attention(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len, config):
+def _attention(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    boundaries: Sequence[int],
+    answer_ids: Sequence[int],
+    trigger_len: int,
+    config: AttributionConfig,
+) -> AttributionResult:
     return attention_mass(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len)
 
 
-# name → fn(model, prompt_ids, response_ids, boundaries, answer_ids, trigger_len, config)
 ATTRIBUTIONS: dict[str, AttributionFn] = {
     "loo": _loo,
     "shapley": _shapley,
@@ -615,12 +640,5 @@ def attribute(
     """Run the attribution called `name` (a key of ATTRIBUTIONS) on one trace."""
     if name not in ATTRIBUTIONS:
         raise ValueError(f"attribution: unknown name {name!r}; known: {list(ATTRIBUTIONS)}")
-    return ATTRIBUTIONS[name](
-        model,
-        prompt_ids,
-        response_ids,
-        boundaries,
-        answer_ids,
-        trigger_len,
-        config or AttributionConfig(),
-    )
+    trace = (prompt_ids, response_ids, boundaries, answer_ids, trigger_len)
+    return ATTRIBUTIONS[name](model, *trace, config or AttributionConfig())

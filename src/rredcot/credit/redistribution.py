@@ -31,7 +31,9 @@ def _vector(name: str, values: torch.Tensor | Sequence[float], min_len: int) -> 
     """`values` as a float64 1-D tensor of at least `min_len` finite entries."""
     t = torch.as_tensor(values, dtype=torch.float64)
     if t.ndim != 1 or t.numel() < min_len:
-        raise ValueError(f"{name}: expected a 1-D tensor of ≥ {min_len} entries, got {tuple(t.shape)}")
+        raise ValueError(
+            f"{name}: expected a 1-D tensor of ≥ {min_len} entries, got {tuple(t.shape)}"
+        )
     if not torch.isfinite(t).all():
         bad = torch.nonzero(~torch.isfinite(t)).flatten().tolist()
         raise ValueError(f"{name}: entries {bad} are not finite")

@@ -200,7 +200,9 @@ def score_states_batch(
 
     Traces are right-padded into one trace pass (padding is never visible to real tokens); the
     continuation rows of all traces share the continuation pass(es). `max_tokens_per_pass`
-    caps rows × width of each continuation pass (None: one pass).
+    caps rows × width of each continuation pass (None: one pass). Every row carries its own
+    copy of its trace's KV cache, so for long traces on a GPU the cap also bounds the number of
+    copies held at once.
     Returns one float64 CPU tensor (K_i+1, M_i) per trace.
     """
     if not traces:

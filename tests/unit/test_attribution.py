@@ -321,13 +321,13 @@ def test_attention_mass_matches_full_pass_attentions(model, trace):
     for k in range(6):
         keys = slice(len(prompt) + boundaries[k], len(prompt) + boundaries[k + 1])
         want = float(rows[..., keys].sum(-1).mean())
-        assert result.values[k] == pytest.approx(want, abs=1e-9)  # eager softmax is float32
+        assert result.values[k] == pytest.approx(want, abs=1e-7)  # eager softmax is float32
     assert (result.values >= 0).all() and result.values.sum() <= 1.0
     # an eager model stays eager and gives the same values
     np.testing.assert_allclose(
         attention_mass(eager, prompt, response, boundaries, answer, trigger_len).values,
         result.values,
-        atol=1e-9,
+        atol=1e-7,
     )
     assert eager.config._attn_implementation == "eager"
 

@@ -70,7 +70,7 @@ SCRIPT = {
 }
 
 
-def _run(backend: object, truncation: str, **kw: object) -> MCValues:
+def _run(backend: object, truncation: str = "drop", **kw: object) -> MCValues:
     options = {"n_rollouts": 4, "budget": 16, "truncation": truncation, "seed": 7} | kw
     return mc_state_values(backend, TASK, PROMPT, RESPONSE, CHARS, GOLD, **options)
 
@@ -208,7 +208,7 @@ def test_config_rejects_bad_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"mc.{field}"):
         MCConfig(**{field: value})
     with pytest.raises(ValueError, match=f"mc.{field}"):
-        _run(ScriptedBackend(SCRIPT), "drop", **{field: value})
+        _run(ScriptedBackend(SCRIPT), **({"truncation": "drop"} | {field: value}))
 
 
 def test_config_from_dict() -> None:
@@ -248,9 +248,17 @@ def test_bad_char_boundaries(chars: list, match: str) -> None:
 def test_bad_gold_and_seed() -> None:
     with pytest.raises(ValueError, match="gold"):
         mc_state_values(
-            ScriptedBackend(SCRIPT), TASK, PROMPT, RESPONSE, CHARS, " ", n_rollouts=4,
-            budget=4, truncation="drop", seed=0,
-        )  # fmt: skip
+            ScriptedBackend(SCRIPT),
+            TASK,
+            PROMPT,
+            RESPONSE,
+            CHARS,
+            " ",
+            n_rollouts=4,
+            budget=4,
+            truncation="drop",
+            seed=0,
+        )
     with pytest.raises(ValueError, match="seed"):
         _run(ScriptedBackend(SCRIPT), "drop", seed=-1)
 
@@ -374,13 +382,13 @@ def test_tiny_model_is_deterministic_under_a_seed(tiny_backend: HFBackend) -> No
 
 def test_tiny_model_budget_too_small_for_any_rollout(tiny_backend: HFBackend) -> None:
     # One new token: a rollout finishes only if it is "." or EOS; at this seed none is.
-    drop = _run(tiny_backend, "drop", budget=1, n_rollouts=3, seed=3)
+    drop = _run(tiny_backend, "drop", budget=1, n_rollouts=3, seed=0)
     assert drop.n_truncated.tolist() == [3, 3, 3, 0], "precondition: every rollout truncated"
     assert torch.isnan(drop.values[:-1]).all() and drop.values[-1].item() == 1.0
     assert drop.n_used.tolist() == [0, 0, 0, 0]
     assert drop.drop_rate == 1.0 and drop.n_dropped == 9
     assert drop.forward_tokens == 9
-    zero = _run(tiny_backend, "zero", budget=1, n_rollouts=3, seed=3)
+    zero = _run(tiny_backend, "zero", budget=1, n_rollouts=3, seed=0)
     assert zero.values.tolist() == [0.0, 0.0, 0.0, 1.0]
     assert zero.drop_rate == 0.0 and zero.truncation_rate == 1.0
     assert mc_segment_credit(zero.values, zero.reward).tolist() == [0.0, 0.0, 1.0]

@@ -560,15 +560,17 @@ def test_model_credit_matches_naive_scoring(model, tokenizer, variant):
         lengths.append(len(conts.suffixes[0]))
         naive_tokens += sum(len(state) + len(c) for c in conts.all_ids())
     scores = ReferenceScores(
-        answer_now=torch.tensor(answer),
-        suffixes=torch.tensor(suffixes),
-        path_prefix=torch.tensor(prefix),
+        answer_now=answer,  # Python floats: ReferenceScores keeps them in float64
+        suffixes=suffixes,
+        path_prefix=prefix,
         path_num_tokens=torch.tensor(lengths),
     )
     torch.testing.assert_close(result.answer_logprob, scores.answer_now, atol=1e-9, rtol=0)
     torch.testing.assert_close(result.suffix_logprobs, scores.suffixes, atol=1e-9, rtol=0)
     if variant == "ref_answer_after_path":
-        torch.testing.assert_close(result.path_prefix_logprobs, scores.path_prefix, atol=1e-9)
+        torch.testing.assert_close(
+            result.path_prefix_logprobs, scores.path_prefix, atol=1e-9, rtol=0
+        )
     else:
         assert result.path_prefix_logprobs is None
     r_hat, v_hat, phi, h, sigma = credit_from_scores(scores, 0.0, config)

@@ -12,9 +12,9 @@ The module has two layers:
 
 - pure functions on log-prob tables (`ReferenceScores` -> `value_estimate`, `answer_reward`),
   selected by name from `VALUE_VARIANTS`;
-- the model-facing `rredcot_credit`, which builds the continuations from a `ReferencePath`
-  (`build_continuations`) and scores all of them at all states with
-  `rredcot.scoring.packed.score_states` (the trace is encoded once).
+- the model-facing `rredcot_credit` / `rredcot_credit_batch`, which build the continuations
+  from a `ReferencePath` (`build_continuations`) and score all of them at all states with
+  `rredcot.scoring.packed.score_states_batch` (each trace encoded once, two forward passes).
 
 Reconstructed choices (the paper's text was not available), each a config option:
 
@@ -28,8 +28,9 @@ Reconstructed choices (the paper's text was not available), each a config option
   starts with a step line would be glued onto the previous line. "line" makes every continuation
   start on a new line: after a state whose text ends with "\\n" one leading "\\n" of the
   continuation is dropped; after any other state a continuation that does not start with "\\n"
-  gets one. "verbatim" appends the text as built. Under "line" a continuation can depend on
-  the state; each distinct variant is scored once and every state reads its own.
+  gets one. "verbatim" appends the text as built. Under "line" the continuations depend on
+  the kind of state (ends with "\\n" or not); each kind gets its own packed spec, cut at its
+  last state, so the usual extra kind (s_0 alone) costs one prompt-only row.
 """
 
 from __future__ import annotations

@@ -1,0 +1,256 @@
+"""From rewards and segment credit to per-token advantages (B, T) (METHOD.md §4, §6).
+
+G groups of n responses per prompt; row i of the batch belongs to group g(i). Shapes: B rows,
+T completion tokens (right-padded), K_i segments of row i with boundaries 0 = b_0 < … < b_K.
+
+    A_i      = (R_i − mean_g R) / (std_g R + ε)            outcome advantage, TRL's GRPO   (B,)
+    A_i      = (r_i − mean_g r) / std_g r, 0 if std < 1e-8  per-group, RRPO/SRPO (§6)       (B,)
+    whiten(x)= (x − mean_g x) / (std_g x + ε)               over all segments of a group
+    immediate:    A_{i,k} = whiten(σ_{i,k})                                               (K_i,)
+    reward_to_go: A_{i,k} = whiten(Σ_{k'≥k} σ_{i,k'})
+    mixed:        A_{i,k} = A_i + β · whiten(σ_{i,k})
+
+and every token of segment k gets A_{i,k}; tokens after b_K (the EOS that ends the response)
+belong to the last segment; padding (completion mask 0) gets 0. The outcome advantage uses the
+sample (Bessel-corrected) std and ε = 1e-4 exactly as TRL's `GRPOTrainer` does, so `credit: none`
+is GRPO. Whitening uses the population std of the group's segments; a group whose σ are all equal
+whitens to 0 (no signal). All functions are pure: tensors in, tensors out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from numbers import Real
+from typing import Any
+
+import torch
+
+CREDIT_MODES: tuple[str, ...] = ("immediate", "reward_to_go", "mixed")
+REWARD_SCALES: tuple[str, ...] = ("group", "batch", "none")
+TRL_EPS = 1e-4  # TRL's GRPO adds this to the std
+
+
+@dataclass(frozen=True)
+class CreditConfig:
+    """The `training.credit` block: how segment signals σ become token advantages (§4)."""
+
+    mode: str = "immediate"
+    """One of `CREDIT_MODES`: immediate (RUDDER default) | reward_to_go | mixed."""
+    beta: float = 1.0
+    """β of `mixed`: A_i + β·whiten(σ_{i,k})."""
+    eps: float = TRL_EPS
+    """ε added to the std when whitening σ (the same value TRL adds to the reward std)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in CREDIT_MODES:
+            raise ValueError(
+                f"credit.mode: {self.mode!r} is not allowed; choose one of {list(CREDIT_MODES)}"
+            )
+        for name in ("beta", "eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+                raise ValueError(f"credit.{name}: expected a finite number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.eps < 0:
+            raise ValueError(f"credit.eps: expected a number >= 0, got {self.eps!r}")
+
+    @classmethod
+    def from_dict(cls, mapping: Mapping[str, Any]) -> CreditConfig:
+        """Build from a config mapping; unknown keys are errors."""
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(mapping) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown credit key(s) {unknown}; allowed: {allowed}")
+        return cls(**mapping)
+
+
+def _rewards(rewards: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    if r.ndim != 1:
+        raise ValueError(f"rewards: expected shape (B,), got {tuple(r.shape)}")
+    if not torch.isfinite(r).all():
+        bad = torch.nonzero(~torch.isfinite(r)).flatten().tolist()
+        raise ValueError(f"rewards: rows {bad} are not finite")
+    return r
+
+
+def group_ids(batch_size: int, num_generations: int) -> torch.Tensor:
+    """g(i) = i // n: TRL's layout, each prompt's n completions are consecutive rows. (B,)"""
+    if num_generations < 1 or batch_size % num_generations:
+        raise ValueError(
+            f"batch_size {batch_size}: must be a multiple of num_generations {num_generations}"
+        )
+    return torch.arange(batch_size) // num_generations
+
+
+def outcome_advantages(
+    rewards: torch.Tensor | Sequence[float],
+    num_generations: int,
+    scale: str = "group",
+    eps: float = TRL_EPS,
+) -> torch.Tensor:
+    """A_i = (R_i − mean_g R)/(std_g R + ε): TRL's GRPO advantage (B,), float32.
+
+    rewards: (B,) in TRL's layout (`group_ids`). std is Bessel-corrected; scale "group" uses the
+    group's std, "batch" the whole batch's, "none" divides by nothing (Dr. GRPO).
+    """
+    if scale not in REWARD_SCALES:
+        raise ValueError(f"scale: {scale!r} is not allowed; choose one of {list(REWARD_SCALES)}")
+    r = _rewards(rewards)
+    group_ids(r.numel(), num_generations)  # checks the layout
+    grouped = r.view(-1, num_generations)  # (G, n)
+    mean = grouped.mean(dim=1).repeat_interleave(num_generations)  # (B,)
+    advantages = r - mean
+    if scale == "none":
+        return advantages
+    if scale == "group":
+        std = (
+            grouped.std(dim=1).repeat_interleave(num_generations)
+            if num_generations > 1
+            else torch.zeros_like(r)
+        )
+    else:
+        std = r.std().expand_as(r) if r.numel() > 1 else torch.zeros_like(r)
+    return advantages / (std + eps)
+
+
+def per_group_advantages(
+    rewards: torch.Tensor | Sequence[float],
+    groups: torch.Tensor | Sequence[int],
+    min_std: float = 1e-8,
+) -> torch.Tensor:
+    """A_i = (r_i − mean_g r)/std_g r with the population std; A = 0 where std_g < min_std.
+
+    RRPO/SRPO (§6): Group 1 (fresh chains) and Group 2 (reset suffixes) of a prompt are
+    normalised on their own, so `groups` (B,) can be any labels, in any order.
+    """
+    r = _rewards(rewards).double()
+    g = _groups(groups, r.numel())
+    out = torch.zeros_like(r)
+    for label in torch.unique(g):
+        rows = g == label
+        std = r[rows].std(unbiased=False)
+        if std >= min_std:
+            out[rows] = (r[rows] - r[rows].mean()) / std
+    return out.float()
+
+
+def _groups(groups: torch.Tensor | Sequence[int], batch_size: int) -> torch.Tensor:
+    g = torch.as_tensor(groups, dtype=torch.long)
+    if g.shape != (batch_size,):
+        raise ValueError(f"groups: expected one group label per row ({batch_size},), got {g.shape}")
+    return g
+
+
+def _segment_values(values: Sequence[torch.Tensor | Sequence[float]]) -> list[torch.Tensor]:
+    out = []
+    for i, v in enumerate(values):
+        t = torch.as_tensor(v, dtype=torch.float64)
+        if t.ndim != 1:
+            raise ValueError(f"sigma[{i}]: expected shape (K_i,), got {tuple(t.shape)}")
+        if not torch.isfinite(t).all():
+            bad = torch.nonzero(~torch.isfinite(t)).flatten().tolist()
+            raise ValueError(f"sigma[{i}]: segments {bad} are not finite")
+        out.append(t)
+    return out
+
+
+def whiten_groups(
+    values: Sequence[torch.Tensor | Sequence[float]],
+    groups: torch.Tensor | Sequence[int],
+    eps: float = TRL_EPS,
+) -> list[torch.Tensor]:
+    """whiten(x_{i,k}) = (x_{i,k} − mean_g x)/(std_g x + ε), pooled over every segment k of every
+    row i of group g (population std). values[i]: (K_i,) -> list of (K_i,) float64."""
+    vals = _segment_values(values)
+    g = _groups(groups, len(vals))
+    out = [v.clone() for v in vals]
+    for label in torch.unique(g):
+        rows = torch.nonzero(g == label).flatten().tolist()
+        pooled = torch.cat([vals[i] for i in rows])
+        if pooled.numel() == 0:
+            continue
+        mean, std = pooled.mean(), pooled.std(unbiased=False)
+        for i in rows:
+            out[i] = (vals[i] - mean) / (std + eps)
+    return out
+
+
+def reward_to_go(sigma: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """G_k = Σ_{k'≥k} σ_{k'}: (K,) -> (K,)."""
+    s = torch.as_tensor(sigma, dtype=torch.float64)
+    return s.flip(0).cumsum(0).flip(0)
+
+
+def expand_segments(
+    values: torch.Tensor | Sequence[float], boundaries: Sequence[int], num_tokens: int
+) -> torch.Tensor:
+    """Per-segment values (K,) to per-token values (num_tokens,): token t ∈ [b_{k−1}, b_k) gets
+    values[k−1]; tokens t ≥ b_K (the EOS ending the response, padding) get the last value.
+
+    With K = 0 (boundaries [0], an empty response) every token gets 0.
+    """
+    v = torch.as_tensor(values, dtype=torch.float64)
+    b = [int(x) for x in boundaries]
+    if not b or b[0] != 0 or any(r <= left for left, r in zip(b, b[1:], strict=False)):
+        raise ValueError(f"boundaries: need 0 = b_0 < … < b_K, got {b}")
+    if v.shape != (len(b) - 1,):
+        raise ValueError(
+            f"values: expected one value per segment ({len(b) - 1},), got {tuple(v.shape)}"
+        )
+    if num_tokens < b[-1]:
+        raise ValueError(f"num_tokens: {num_tokens} is less than b_K = {b[-1]}")
+    if v.numel() == 0:
+        return torch.zeros(num_tokens, dtype=torch.float64)
+    sizes = torch.tensor([r - left for left, r in zip(b, b[1:], strict=True)])
+    sizes[-1] += num_tokens - b[-1]
+    return torch.repeat_interleave(v, sizes)
+
+
+def token_advantages(
+    sigmas: Sequence[torch.Tensor | Sequence[float]],
+    boundaries: Sequence[Sequence[int]],
+    groups: torch.Tensor | Sequence[int],
+    completion_mask: torch.Tensor,
+    config: CreditConfig | None = None,
+    outcome: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Token advantages (B, T) float32 from segment signals σ_i (K_i,) and boundaries (K_i+1,).
+
+    `config.mode` picks immediate | reward_to_go | mixed (module docstring); `mixed` needs the
+    outcome advantages A_i (B,). Entries where `completion_mask` (B, T) is 0 are 0.
+    """
+    cfg = CreditConfig() if config is None else config
+    mask = torch.as_tensor(completion_mask)
+    if mask.ndim != 2 or len(sigmas) != mask.shape[0] or len(boundaries) != mask.shape[0]:
+        raise ValueError(
+            f"sigmas/boundaries/completion_mask: need B rows each, got {len(sigmas)}, "
+            f"{len(boundaries)} and mask {tuple(mask.shape)}"
+        )
+    if cfg.mode == "mixed" and (outcome is None or tuple(outcome.shape) != (mask.shape[0],)):
+        raise ValueError("outcome: mode 'mixed' needs the outcome advantages A_i of shape (B,)")
+    sig = _segment_values(sigmas)
+    signal = [reward_to_go(s) for s in sig] if cfg.mode == "reward_to_go" else sig
+    white = whiten_groups(signal, groups, cfg.eps)
+    rows = []
+    for i, (w, b) in enumerate(zip(white, boundaries, strict=True)):
+        a = cfg.beta * w + float(outcome[i]) if cfg.mode == "mixed" else w  # (K_i,)
+        rows.append(expand_segments(a, b, mask.shape[1]))
+    out = torch.stack(rows) if rows else torch.zeros(mask.shape, dtype=torch.float64)
+    return (out * mask.to(out.dtype)).to(torch.float32)  # (B, T)
+
+
+def masked_stats(advantages: torch.Tensor, completion_mask: torch.Tensor) -> dict[str, float]:
+    """mean, std (population), min, max of (B,) or (B, T) advantages over unmasked tokens."""
+    a = advantages if advantages.ndim == 2 else advantages[:, None].expand(completion_mask.shape)
+    values = a[completion_mask.bool()].double()
+    if values.numel() == 0:
+        return {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std(unbiased=False)),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }

@@ -1,0 +1,41 @@
+"""RL training: TRL's GRPOTrainer subclassed once (`CreditGRPOTrainer`), methods as strategies.
+
+    from rredcot.training import TrainingSettings, train_policy
+    settings = TrainingSettings.from_dict({"method": "rredcot", "seed": 0, "max_steps": 50})
+    train_policy(model, tokenizer, train_table, settings, "results/training/rredcot/0")
+
+`rredcot.training.methods` holds one short file per method (grpo, rredcot, mc);
+`rredcot.credit.advantages` the pure credit → advantage functions they share.
+"""
+
+from __future__ import annotations
+
+from rredcot.training.methods import METHODS, Method, MethodOutput, RolloutBatch, build_method
+from rredcot.training.run import (
+    CSV_COLUMNS,
+    TrainingSettings,
+    build_trainer,
+    grpo_config,
+    resume_point,
+    train_policy,
+    training_rows,
+)
+from rredcot.training.trainer import CreditGRPOTrainer, NonFiniteLossError, correctness_reward
+
+__all__ = [
+    "CSV_COLUMNS",
+    "METHODS",
+    "CreditGRPOTrainer",
+    "Method",
+    "MethodOutput",
+    "NonFiniteLossError",
+    "RolloutBatch",
+    "TrainingSettings",
+    "build_method",
+    "build_trainer",
+    "correctness_reward",
+    "grpo_config",
+    "resume_point",
+    "train_policy",
+    "training_rows",
+]

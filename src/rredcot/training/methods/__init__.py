@@ -1,0 +1,88 @@
+"""Training methods by name: one short file each, all over the shared credit code.
+
+    grpo     outcome advantage A_i on every token (TRL's GRPO)            methods/grpo.py
+    rredcot  RREDCoT σ_{i,k} per segment → token advantages               methods/rredcot.py
+    mc       VinePPO-style Monte Carlo σ_k = V̂(s_k) − V̂(s_{k−1})         methods/mc.py
+
+A new method (e.g. `rrpo`, `srpo`: own group sampling through `Method.rollout`) is a subclass of
+`Method` in its own file plus one entry in `METHODS` and one branch in `build_method`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rredcot.credit.advantages import CreditConfig
+from rredcot.credit.mc import MCConfig
+from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.segmentation import SegmentationConfig
+from rredcot.training.methods.base import (
+    Method,
+    MethodOutput,
+    RolloutBatch,
+    SegmentedCompletion,
+    segment_completions,
+)
+from rredcot.training.methods.grpo import GRPOMethod
+from rredcot.training.methods.mc import MCMethod
+from rredcot.training.methods.rredcot import RREDCoTMethod
+
+METHODS: dict[str, type[Method]] = {
+    "grpo": GRPOMethod,
+    "rredcot": RREDCoTMethod,
+    "mc": MCMethod,
+}
+
+
+def build_method(
+    name: str,
+    task: Any,
+    tokenizer: Any,
+    eos_ids: Sequence[int],
+    *,
+    segmentation: SegmentationConfig | None = None,
+    credit: CreditConfig | None = None,
+    rredcot: RREDCoTConfig | None = None,
+    mc: MCConfig | None = None,
+    mc_batch_size: int = 64,
+) -> Method:
+    """The method called `name` with its settings (the blocks it does not use are ignored)."""
+    if name not in METHODS:
+        raise ValueError(f"method: {name!r} is not a training method; choose one of {list(METHODS)}")
+    segmentation = segmentation or SegmentationConfig()
+    credit = credit or CreditConfig()
+    if name == "grpo":
+        return GRPOMethod()
+    if name == "rredcot":
+        return RREDCoTMethod(
+            task, tokenizer, list(eos_ids), segmentation, rredcot or RREDCoTConfig(), credit
+        )
+    return MCMethod(
+        task, tokenizer, list(eos_ids), segmentation, mc or MCConfig(), credit, mc_batch_size
+    )
+
+
+def config_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed method blocks (`segmentation`, `credit`, `rredcot`, `mc`) of a params mapping."""
+    return {
+        "segmentation": SegmentationConfig.from_dict(params.get("segmentation", {})),
+        "credit": CreditConfig.from_dict(params.get("credit", {})),
+        "rredcot": RREDCoTConfig.from_dict(params.get("rredcot", {})),
+        "mc": MCConfig.from_dict(params.get("mc", {})),
+    }
+
+
+__all__ = [
+    "METHODS",
+    "GRPOMethod",
+    "MCMethod",
+    "Method",
+    "MethodOutput",
+    "RREDCoTMethod",
+    "RolloutBatch",
+    "SegmentedCompletion",
+    "build_method",
+    "config_blocks",
+    "segment_completions",
+]

@@ -1,0 +1,178 @@
+"""What a training method is: how a group is sampled and how its advantages are built.
+
+A method is a small strategy object the one trainer (`CreditGRPOTrainer`) calls at two points:
+
+- `advantages(batch, policy)`, always: after TRL generated and graded a generation batch, the
+  method returns the advantages the GRPO loss uses, (B,) or per token (B, T), plus what the
+  credit cost (extra forward tokens). `grpo` hands back TRL's own advantages untouched.
+- `rollout(trainer, rows)`, only when the method defines it (class attribute `rollout` is None
+  otherwise, and TRL samples n fresh completions per prompt): the method builds the batch's
+  rows itself, e.g. RRPO/SRPO's Group 1 (fresh chains) and Group 2 (suffixes sampled after a
+  reset prefix). It returns TRL's rollout dict: `prompt_ids` (per row: x, or x ⊕ prefix for a
+  reset row, so the prefix is conditioned on and gets no loss), `completion_ids` (the sampled
+  tokens that get loss), `logprobs` (per-token or None) and optional per-row extra fields that
+  are merged into the rows the reward function and `advantages` see: `response_prefix` (text
+  graded in front of the completion, so r is computed on prefix ⊕ suffix) and `group` (the
+  normalisation group of each row, e.g. 2·prompt + {0, 1}; default: TRL's n consecutive rows).
+  `trainer.sample(prompt_ids)` draws one completion per given prompt with TRL's generator.
+
+The shared credit plumbing lives here too: `segment_completions` cuts every completion of a batch
+with the configured segmentation (entropies from one batched teacher-forced pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rredcot.scoring import token_logprobs
+from rredcot.segmentation import SegmentationConfig, segment
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """One process's generation batch after TRL sampled and graded it (B rows).
+
+    rows: the dataset rows (`prompt`, `answer`, `reference`, `problem_id`, rollout extras).
+    prompt_ids/prompt_mask: (B, P) left-padded; completion_ids/completion_mask: (B, T)
+    right-padded, EOS included in the mask. completions: the decoded completions TRL graded.
+    rewards: (B,) R_i; outcome_advantages: (B,) TRL's A_i; groups: (B,) group label of each row.
+    step: the optimizer step being prepared (for seeds); seed: the run's seed.
+    """
+
+    rows: list[dict[str, Any]]
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    completions: list[str]
+    rewards: torch.Tensor
+    outcome_advantages: torch.Tensor
+    groups: torch.Tensor
+    step: int
+    seed: int
+
+    def __len__(self) -> int:
+        return self.completion_ids.shape[0]
+
+    def prompt(self, i: int) -> list[int]:
+        """Row i's prompt tokens without padding."""
+        return self.prompt_ids[i][self.prompt_mask[i].bool()].tolist()
+
+    def completion(self, i: int) -> list[int]:
+        """Row i's completion tokens without padding (EOS kept when generated)."""
+        return self.completion_ids[i][self.completion_mask[i].bool()].tolist()
+
+
+@dataclass(frozen=True)
+class MethodOutput:
+    """advantages: (B,) or (B, T), 0 where the completion mask is 0; forward_tokens: tokens the
+    credit computation ran through the model (teacher-forced or generated); metrics: extra
+    per-step metrics named `credit/…` (listed in the method's `metric_names`)."""
+
+    advantages: torch.Tensor
+    forward_tokens: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+RolloutHook = Callable[[Any, list[dict[str, Any]]], dict[str, Any]]
+
+
+class Method:
+    """Base of the training methods; see the module docstring for the two hooks."""
+
+    name: ClassVar[str] = ""
+    metric_names: ClassVar[tuple[str, ...]] = ()
+    """Extra `credit/…` metrics this method logs every step (columns of the metrics CSV)."""
+    needs_whole_groups: ClassVar[bool] = True
+    """True when `advantages` pools statistics over a group, so every group must sit on one
+    process (checked by the trainer)."""
+    rollout: ClassVar[RolloutHook | None] = None
+    """A method that samples its own groups defines `def rollout(self, trainer, rows)`."""
+
+    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
+        raise NotImplementedError(f"method {self.name!r}: advantages() is not defined")
+
+
+# --------------------------------------------------------------------------- shared credit step
+
+
+@dataclass(frozen=True)
+class SegmentedCompletion:
+    """One completion cut into segments: the trace (x, τ) the credit estimators take.
+
+    response_ids: the completion without its closing EOS (just the EOS when nothing else was
+    generated, so that every trace has K ≥ 1); boundaries: 0 = b_0 < … < b_K = len(response_ids).
+    Tokens after b_K (the EOS) belong to the last segment (`expand_segments`).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    boundaries: list[int]
+
+
+def strip_eos(completion: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
+    """τ: the completion without a closing EOS, unless the EOS is all there is."""
+    ids = list(completion)
+    if len(ids) > 1 and ids[-1] in eos_ids:
+        return ids[:-1]
+    return ids
+
+
+def _needs_scores(config: SegmentationConfig) -> bool:
+    return config.strategy in ("hybrid", "entropy_topq", "low_prob_cutpoints")
+
+
+@torch.no_grad()
+def response_scores(
+    policy: torch.nn.Module, batch: RolloutBatch, rows_per_pass: int = 8
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """log π(z_t | x, z_<t) and H_t of every completion token: (B, T) each, from teacher-forced
+    passes of x ⊕ completion (`rows_per_pass` rows at a time). Also returns the real tokens run.
+    """
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)  # (B, P+T)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)  # (B, P+T)
+    device = next(policy.parameters()).device
+    p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    logprobs, entropies = [], []
+    for start in range(0, len(batch), rows_per_pass):
+        rows = slice(start, start + rows_per_pass)
+        lp, h = token_logprobs(policy, ids[rows].to(device), mask[rows].to(device))  # (b, L−1)
+        logprobs.append(lp[:, p - 1 : p - 1 + t].cpu())  # entry P+t−1 scores completion token t
+        entropies.append(h[:, p - 1 : p - 1 + t].cpu())
+    return torch.cat(logprobs), torch.cat(entropies), int(mask.sum())
+
+
+def segment_completions(
+    policy: torch.nn.Module,
+    tokenizer: Any,
+    batch: RolloutBatch,
+    config: SegmentationConfig,
+    eos_ids: Sequence[int],
+) -> tuple[list[SegmentedCompletion], int]:
+    """Cut every completion of `batch` with the configured segmentation (METHOD.md §2).
+
+    Entropies and log-probs come from one batched teacher-forced pass under the current policy,
+    run only when the strategy needs them. Returns the traces and the forward tokens spent.
+    """
+    scores = _needs_scores(config)
+    logprobs, entropies, tokens = response_scores(policy, batch) if scores else (None, None, 0)
+    out = []
+    for i in range(len(batch)):
+        response = strip_eos(batch.completion(i), eos_ids)
+        texts = [tokenizer.decode([t], skip_special_tokens=False) for t in response]
+        n = len(response)
+        h = entropies[i, :n].double().numpy() if scores else None
+        lp = logprobs[i, :n].double().numpy() if scores else None
+        boundaries = segment(texts, h, lp, config) if n else [0]
+        out.append(SegmentedCompletion(batch.prompt(i), response, [int(b) for b in boundaries]))
+    return out, tokens
+
+
+def mean_segments(traces: Sequence[SegmentedCompletion]) -> float:
+    """Mean K over the traces (a logged metric)."""
+    return float(np.mean([len(t.boundaries) - 1 for t in traces])) if traces else 0.0

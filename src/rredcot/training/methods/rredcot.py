@@ -1,0 +1,106 @@
+"""RREDCoT (Ielanskyi et al., 2026, arXiv:2606.06475): segment-level reward redistribution.
+
+The one thing that differs from GRPO: the advantage of a token is not the response's outcome
+advantage A_i but the redistributed reward σ_{i,k} of the segment k it belongs to (METHOD.md §3,
+§4). Per completion: segment it (hybrid keyword–entropy by default, entropies from the policy),
+score the reference continuations at every state s_k with the packed scorer, Φ_k = R̂_k + v̂_k,
+σ_k = Φ_k − Φ_{k−1} with the terminal correction σ_K += R − Φ_K; then
+A_{i,k} = whiten(σ_{i,k}) over the group (`immediate`), or reward_to_go / mixed. The policy
+itself is the estimator: no extra model, nothing generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.segmentation import SegmentationConfig
+from rredcot.training.methods.base import (
+    Method,
+    MethodOutput,
+    RolloutBatch,
+    mean_segments,
+    segment_completions,
+)
+
+
+def reference_path(task: Any, row: Mapping[str, Any]) -> ReferencePath:
+    """(U*, y*) of a training row: `reference` is the reference solution text, `answer` y*.
+
+    A task that can cut U* out of a solution (`reference_reasoning`, e.g. the synthetic world's
+    solution ends with its answer line) does so; otherwise the whole reference is U*.
+    """
+    for key in ("reference", "answer"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise ValueError(
+                f"row {row.get('problem_id')!r}: needs a non-empty string {key!r} for RREDCoT"
+            )
+    if hasattr(task, "reference_reasoning"):
+        solution_row = {"id": row.get("problem_id"), "solution": row["reference"]}
+        return ReferencePath.from_row(task, {**solution_row, "answer": row["answer"]})
+    return ReferencePath.from_text(row["reference"], row["answer"])
+
+
+@dataclass
+class RREDCoTMethod(Method):
+    """RREDCoT credit σ_{i,k} for every completion, turned into token advantages (§4)."""
+
+    name: ClassVar[str] = "rredcot"
+    metric_names: ClassVar[tuple[str, ...]] = (
+        "credit/num_segments",
+        "credit/phi0_mean",
+        "credit/sigma_abs_mean",
+    )
+
+    task: Any
+    tokenizer: Any
+    eos_ids: Sequence[int]
+    segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
+    estimator: RREDCoTConfig = field(default_factory=RREDCoTConfig)
+    credit: CreditConfig = field(default_factory=CreditConfig)
+    _references: dict[str, ReferencePath] = field(default_factory=dict, repr=False)
+
+    def _reference(self, row: Mapping[str, Any]) -> ReferencePath:
+        key = f"{row.get('problem_id')}\x00{row.get('reference')}"
+        if key not in self._references:
+            self._references[key] = reference_path(self.task, row)
+        return self._references[key]
+
+    def sigmas(
+        self, batch: RolloutBatch, policy: torch.nn.Module
+    ) -> tuple[list[torch.Tensor], list[list[int]], int, dict[str, float]]:
+        """σ_i (K_i,) and boundaries of every row, forward tokens spent, and metrics."""
+        segs, tokens = segment_completions(
+            policy, self.tokenizer, batch, self.segmentation, self.eos_ids
+        )
+        traces = [
+            Trace(s.prompt_ids, s.response_ids, s.boundaries, self._reference(row), float(r))
+            for s, row, r in zip(segs, batch.rows, batch.rewards.tolist(), strict=True)
+        ]
+        results = rredcot_credit_batch(policy, self.tokenizer, self.task, traces, self.estimator)
+        sigmas = [res.sigma for res in results]
+        metrics = {
+            "credit/num_segments": mean_segments(segs),
+            "credit/phi0_mean": float(np.mean([float(res.phi[0]) for res in results])),
+            "credit/sigma_abs_mean": float(torch.cat(sigmas).abs().mean()),
+        }
+        tokens += sum(res.forward_tokens for res in results)
+        return sigmas, [s.boundaries for s in segs], tokens, metrics
+
+    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
+        sigmas, boundaries, tokens, metrics = self.sigmas(batch, policy)
+        advantages = token_advantages(
+            sigmas,
+            boundaries,
+            batch.groups,
+            batch.completion_mask,
+            self.credit,
+            batch.outcome_advantages,
+        )  # (B, T)
+        return MethodOutput(advantages, tokens, metrics)

@@ -1,0 +1,419 @@
+"""Train one (method, seed) from a base checkpoint: settings, data, checkpoints, metrics.
+
+Setup only; what a method does differently lives in `rredcot.training.methods`. A run writes
+into `out`:
+
+    checkpoint-N/        every `save_steps` steps, the last `save_total_limit` kept; a restarted
+                         run resumes from the newest complete one (trainer_state.json written)
+    metrics.csv          one row per optimizer step (`CSV_COLUMNS` + the method's metrics)
+    final/               the trained policy and tokenizer (save_pretrained)
+    train_summary.json   settings, steps, seconds, where it resumed from
+
+A NaN or inf loss stops the run before the optimizer step (`NonFiniteLossError`); the newest
+checkpoint then is the last good one and `final/` is not written.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from datasets import Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOConfig
+
+from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
+from rredcot.credit.mc import MCConfig
+from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.segmentation import SegmentationConfig
+from rredcot.tasks import get_task
+from rredcot.tasks.base import Task
+from rredcot.training.methods import METHODS, Method, build_method
+from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
+
+log = logging.getLogger(__name__)
+
+LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
+LR_SCHEDULERS: tuple[str, ...] = ("constant", "constant_with_warmup", "linear", "cosine")
+
+# metrics.csv column -> key in the trainer's logs (TRL's names, or ours where they match).
+CSV_COLUMNS: dict[str, str] = {
+    "reward/mean": "reward",
+    "reward/std": "reward_std",
+    "reward/accuracy": "reward/accuracy",
+    "reward/frac_zero_std": "frac_reward_zero_std",
+    "loss/policy": "loss",
+    "loss/grad_norm": "grad_norm",
+    "loss/learning_rate": "learning_rate",
+    "loss/clip_ratio": "clip_ratio/region_mean",
+    "policy/entropy": "entropy",
+    "credit/advantage_mean": "credit/advantage_mean",
+    "credit/advantage_std": "credit/advantage_std",
+    "credit/advantage_min": "credit/advantage_min",
+    "credit/advantage_max": "credit/advantage_max",
+    "credit/forward_tokens": "credit/forward_tokens",
+    "credit/seconds": "credit/seconds",
+    "tokens/completion_mean": "completions/mean_length",
+    "tokens/clipped_ratio": "completions/clipped_ratio",
+    "tokens/seen": "num_tokens",
+    "time/step_seconds": "step_time",
+}
+
+
+def _positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"training.{name}: expected an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _finite(name: str, value: object, low: float, high: float = math.inf) -> float:
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not low <= value <= high:
+        raise ValueError(f"training.{name}: expected a number in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """One RL run (config key `training` plus the method and seed); every field has a default.
+
+    Effective batch per optimizer step: `prompts_per_step` problems × `num_generations`
+    responses, generated once and used for one gradient step (on-policy, as GRPO's default).
+    """
+
+    method: str = "grpo"
+    """One of `METHODS`: grpo | rredcot | mc."""
+    seed: int = 0
+    """Seed of data order, sampling and the MC rollouts."""
+    task: str = "synthetic"
+    """Task format (prompt, grading) by name: synthetic | math."""
+    max_steps: int = 100
+    """Optimizer steps."""
+    prompts_per_step: int = 4
+    """Distinct problems per step (G groups)."""
+    num_generations: int = 8
+    """n: responses per problem (the group)."""
+    max_completion_length: int = 128
+    """New-token budget per response (the longest synthetic solution is ~90 byte tokens)."""
+    temperature: float = 1.0
+    """Rollout temperature (1.0: sample from π itself)."""
+    top_p: float = 1.0
+    """Rollout nucleus mass in (0, 1]."""
+    learning_rate: float = 1e-4
+    """AdamW learning rate."""
+    lr_scheduler: str = "constant"
+    """One of `LR_SCHEDULERS`."""
+    warmup_ratio: float = 0.0
+    """Share of max_steps with linear warm-up, in [0, 1)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip; 0 disables it."""
+    kl_beta: float = 0.0
+    """KL coefficient to the base policy (TRL's `beta`; 0 loads no reference model)."""
+    epsilon: float = 0.2
+    """PPO clip range ε."""
+    loss_type: str = "dapo"
+    """TRL loss aggregation, one of `LOSS_TYPES` (dapo: token-level, TRL's default)."""
+    scale_rewards: str = "group"
+    """Outcome advantage std: group | batch | none (TRL's `scale_rewards`)."""
+    save_steps: int = 25
+    """Write a checkpoint every this many steps."""
+    save_total_limit: int = 2
+    """Checkpoints kept (the newest)."""
+    max_problems: int | None = None
+    """Train on the first N problems of the train table (None: all)."""
+    reference_column: str = "solution"
+    """Column holding each problem's reference solution U* (synthetic world: `solution`)."""
+    mc_batch_size: int = 64
+    """MC method: rollout rows per generate call."""
+    segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
+    """Segmentation of responses (METHOD.md §2); rredcot and mc."""
+    credit: CreditConfig = field(default_factory=CreditConfig)
+    """How segment signals become token advantages (§4); rredcot and mc."""
+    rredcot: RREDCoTConfig = field(default_factory=RREDCoTConfig)
+    """RREDCoT estimator (§3)."""
+    mc: MCConfig = field(default_factory=MCConfig)
+    """MC rollouts (§5)."""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"training.method: {self.method!r} is not allowed; choose one of {list(METHODS)}"
+            )
+        for name in ("max_steps", "prompts_per_step", "max_completion_length", "save_steps"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "seed", _positive_int("seed", self.seed, 0))
+        object.__setattr__(self, "mc_batch_size", _positive_int("mc_batch_size", self.mc_batch_size))
+        object.__setattr__(
+            self, "num_generations", _positive_int("num_generations", self.num_generations, 2)
+        )
+        object.__setattr__(
+            self, "save_total_limit", _positive_int("save_total_limit", self.save_total_limit)
+        )
+        if self.max_problems is not None:
+            object.__setattr__(self, "max_problems", _positive_int("max_problems", self.max_problems))
+        _finite("temperature", self.temperature, 1e-6)
+        _finite("top_p", self.top_p, 1e-6, 1.0)
+        _finite("learning_rate", self.learning_rate, 0.0)
+        _finite("warmup_ratio", self.warmup_ratio, 0.0, 0.999)
+        for name in ("weight_decay", "max_grad_norm", "kl_beta", "epsilon"):
+            _finite(name, getattr(self, name), 0.0)
+        choices = {
+            "loss_type": LOSS_TYPES,
+            "scale_rewards": REWARD_SCALES,
+            "lr_scheduler": LR_SCHEDULERS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"training.{name}: {getattr(self, name)!r} is not allowed; choose one of "
+                    f"{list(allowed)}"
+                )
+
+    @classmethod
+    def from_dict(cls, mapping: Mapping[str, Any]) -> TrainingSettings:
+        """From `--params` JSON; nested blocks are mappings, unknown keys are errors."""
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(mapping) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown training key(s) {unknown}; allowed: {allowed}")
+        values = dict(mapping)
+        blocks = {
+            "segmentation": SegmentationConfig,
+            "credit": CreditConfig,
+            "rredcot": RREDCoTConfig,
+            "mc": MCConfig,
+        }
+        for name, block in blocks.items():
+            if name in values and not isinstance(values[name], block):
+                if not isinstance(values[name], Mapping):
+                    raise ValueError(f"training.{name}: expected a mapping, got {values[name]!r}")
+                values[name] = block.from_dict(values[name])
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready settings (for the run summary)."""
+        return json.loads(json.dumps(asdict(self), default=list))
+
+
+def grpo_config(settings: TrainingSettings, output_dir: str | Path) -> GRPOConfig:
+    """TRL's config: CPU-capable, HF generate, one gradient step per generation, no reporting."""
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
+        gradient_accumulation_steps=1,
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=float(settings.warmup_ratio),  # a float in [0, 1) is a ratio of max_steps
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        beta=settings.kl_beta,
+        epsilon=settings.epsilon,
+        loss_type=settings.loss_type,
+        scale_rewards=settings.scale_rewards,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        save_total_limit=settings.save_total_limit,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        use_vllm=False,
+        log_completions=False,
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+
+
+def training_rows(
+    table: pl.DataFrame, task: Task, tokenizer: PreTrainedTokenizerBase, settings: TrainingSettings
+) -> Dataset:
+    """Dataset rows `prompt` (task.build_prompt), `answer`, `reference`, `problem_id`."""
+    need = ["id", "problem", "answer", settings.reference_column]
+    missing = [c for c in need if c not in table.columns]
+    if missing:
+        raise ValueError(f"train table: lacks column(s) {missing}; has {table.columns}")
+    if settings.max_problems is not None:
+        table = table.head(settings.max_problems)
+    if table.height == 0:
+        raise ValueError("train table: has no rows")
+    rows = []
+    for row in table.iter_rows(named=True):
+        for key in need:
+            if not isinstance(row[key], str) or not row[key]:
+                raise ValueError(f"train table row {row['id']!r}: {key!r} must be a non-empty string")
+        rows.append(
+            {
+                "prompt": task.build_prompt(row["problem"], tokenizer),
+                "answer": row["answer"],
+                "reference": row[settings.reference_column],
+                "problem_id": row["id"],
+            }
+        )
+    return Dataset.from_list(rows)
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _step_of(path: Path) -> int:
+    return int(path.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-"))
+
+
+def complete_checkpoints(out: str | Path) -> list[Path]:
+    """checkpoint-N directories whose trainer state was written (the last file saved), by N."""
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    found = [
+        p
+        for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if p.is_dir() and p.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-").isdigit()
+    ]
+    return sorted((p for p in found if (p / "trainer_state.json").is_file()), key=_step_of)
+
+
+def resume_point(out: str | Path) -> Path | None:
+    """The newest complete checkpoint; newer incomplete ones (killed while saving) are removed."""
+    complete = complete_checkpoints(out)
+    last = complete[-1] if complete else None
+    newest = _step_of(last) if last else -1
+    for p in Path(out).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if Path(out).is_dir() else []:
+        name = p.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+        if p.is_dir() and name.isdigit() and int(name) > newest:
+            log.warning("removing incomplete checkpoint %s (no trainer_state.json)", p)
+            shutil.rmtree(p)
+    return last
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class MetricsCSV(TrainerCallback):
+    """Appends one row per logged optimizer step to a CSV; on resume, rows after the checkpoint
+    (steps that will be run again) are dropped first, so each step appears once."""
+
+    def __init__(self, path: Path, extra: Sequence[str], resume_step: int | None) -> None:
+        self.path = path
+        self.columns = {**CSV_COLUMNS, **{name: name for name in extra if name not in CSV_COLUMNS}}
+        self.header = ["step", *self.columns]
+        kept: list[dict[str, str]] = []
+        if resume_step is not None and path.is_file():
+            with path.open(newline="") as fh:
+                kept = [r for r in csv.DictReader(fh) if int(r["step"]) <= resume_step]
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, self.header)
+            writer.writeheader()
+            writer.writerows(kept)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201 (HF's signature)
+        if not logs or "loss" not in logs:
+            return
+        row = {"step": state.global_step}
+        for column, key in self.columns.items():
+            value = logs.get(key)
+            row[column] = "" if value is None else value
+        with self.path.open("a", newline="") as fh:
+            csv.DictWriter(fh, self.header).writerow(row)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def build_trainer(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Dataset,
+    settings: TrainingSettings,
+    out: str | Path,
+    method: Method | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> CreditGRPOTrainer:
+    """The trainer for `settings` (method built from them unless given)."""
+    task = get_task(settings.task)
+    eos = model.generation_config.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
+    if method is None:
+        method = build_method(
+            settings.method,
+            task,
+            tokenizer,
+            eos_ids,
+            segmentation=settings.segmentation,
+            credit=settings.credit,
+            rredcot=settings.rredcot,
+            mc=settings.mc,
+            mc_batch_size=settings.mc_batch_size,
+        )
+    return CreditGRPOTrainer(
+        model=model,
+        reward_funcs=[correctness_reward(task)],
+        args=grpo_config(settings, out),
+        train_dataset=train,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        method=method,
+    )
+
+
+def train_policy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    table: pl.DataFrame,
+    settings: TrainingSettings,
+    out: str | Path,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> dict[str, Any]:
+    """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
+
+    Writes checkpoints, metrics.csv, final/ and train_summary.json into `out` (module
+    docstring). Returns the summary.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    task = get_task(settings.task)
+    train = training_rows(table, task, tokenizer, settings)
+    checkpoint = resume_point(out)
+    resume_step = _step_of(checkpoint) if checkpoint else None
+    if checkpoint:
+        log.info("resuming from %s", checkpoint)
+    trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
+    trainer.add_callback(
+        MetricsCSV(out / "metrics.csv", trainer.method.metric_names, resume_step)
+    )
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    seconds = time.perf_counter() - start
+    final = out / "final"
+    trainer.accelerator.unwrap_model(trainer.model).save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    summary = {
+        "settings": settings.to_dict(),
+        "steps": int(trainer.state.global_step),
+        "problems": len(train),
+        "resumed_from_step": resume_step,
+        "seconds_this_session": seconds,
+    }
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("training done: %s", json.dumps({k: v for k, v in summary.items() if k != "settings"}))
+    return summary

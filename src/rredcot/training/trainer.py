@@ -1,0 +1,202 @@
+"""The one RL trainer: TRL's `GRPOTrainer` with per-token advantages and method-built groups.
+
+`CreditGRPOTrainer` changes three small things and inherits everything else (generation, the
+PPO-clip loss, KL, logging, checkpoints):
+
+1. `_generate_and_score_completions`: after TRL sampled, graded and normalised the batch, the
+   method's `advantages(batch, policy)` replaces `output["advantages"]`, (B,) or (B, T). TRL's
+   `_compute_loss` takes (B, T) as is ("to support subclasses that provide advantages with shape
+   (B, T)"), so with method `grpo` the loss and gradients are exactly TRL's.
+2. Sampling: a method that defines `rollout(trainer, rows)` (RRPO/SRPO resets) is plugged into
+   TRL's `rollout_func` hook; it returns prompt ids (x ⊕ prefix for reset rows: the prefix gets
+   no loss), completion ids, and per-row extras (`response_prefix`, `group`) that reach the
+   reward function and the advantages. Without it TRL samples n fresh completions per prompt.
+3. `training_step`: a NaN or inf loss stops training before the optimizer step, so the weights
+   and the last checkpoint stay those of the last good step.
+
+It also logs what credit cost per step (`credit/forward_tokens`, `credit/seconds`) and the
+advantage statistics over unmasked tokens (`credit/advantage_{mean,std,min,max}`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from rredcot.credit.advantages import group_ids, masked_stats
+from rredcot.tasks.base import Task
+from rredcot.training.methods.base import Method, RolloutBatch
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or inf; raised before the optimizer step."""
+
+
+def completion_text(completion: Any) -> str:
+    """A completion as text: a string as is, a conversational completion's last message."""
+    if isinstance(completion, str):
+        return completion
+    return completion[-1]["content"]
+
+
+def correctness_reward(task: Task) -> Callable[..., list[float]]:
+    """TRL reward function r ∈ {0, 1}: the task's verifier on response_prefix ⊕ completion.
+
+    Rows need `answer` (y*); rows a reset rollout built carry `response_prefix`, the part of the
+    response that was conditioned on, so the whole response prefix ⊕ suffix is graded. Logs
+    `reward/accuracy` (fraction graded correct).
+    """
+
+    def correctness(
+        prompts: list[Any],
+        completions: list[Any],
+        answer: list[str],
+        response_prefix: list[str] | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **_: Any,
+    ) -> list[float]:
+        prefixes = response_prefix if response_prefix is not None else [""] * len(completions)
+        pairs = [
+            (p + completion_text(c), str(a))
+            for p, c, a in zip(prefixes, completions, answer, strict=True)
+        ]
+        grade_many = getattr(task, "grade_many", None)
+        grades = grade_many(pairs) if callable(grade_many) else [task.grade(t, a) for t, a in pairs]
+        rewards = [g.reward for g in grades]
+        if log_metric is not None and rewards:
+            log_metric("reward/accuracy", sum(g.correct for g in grades) / len(grades))
+        return rewards
+
+    return correctness
+
+
+class CreditGRPOTrainer(GRPOTrainer):
+    """GRPO with a method strategy for advantages (B, T) and, optionally, group sampling.
+
+    Takes GRPOTrainer's arguments plus `method` (a `rredcot.training.methods.Method`).
+    """
+
+    _tag_names = ["trl", "grpo", "rredcot"]
+
+    def __init__(self, *args: Any, method: Method, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.method = method
+        self._rows: list[dict[str, Any]] | None = None
+        self._scored: tuple[list[str], torch.Tensor] | None = None
+        if method.rollout is not None:
+            self.rollout_func = self._method_rollout
+        local = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        if (
+            method.needs_whole_groups
+            and self.accelerator.num_processes > 1
+            and local % self.num_generations
+        ):
+            raise ValueError(
+                f"method {method.name!r} pools each group's statistics, so a group must sit on one "
+                f"process: per_device_train_batch_size × steps_per_generation = {local} must be a "
+                f"multiple of num_generations = {self.num_generations}"
+            )
+
+    # ---------------------------------------------------------------- sampling hook
+
+    def _method_rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, Any]:
+        """TRL's rollout_func: hand the method the batch's rows (it needs answers, not only
+        prompts)."""
+        if self._rows is None or len(self._rows) != len(prompts):
+            raise RuntimeError("rollout: the batch rows were not recorded before generation")
+        return self.method.rollout(self, self._rows)
+
+    def sample(self, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """One completion per given prompt (token ids), drawn with TRL's generator and settings."""
+        completion_ids, _ = self._generate_single_turn([list(p) for p in prompt_ids], None, {}, 1)
+        return [list(c) for c in completion_ids]
+
+    # ---------------------------------------------------------------- advantage hook
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202 (TRL's signature)
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
+        self._scored = ([completion_text(c) for c in completions], rewards_per_func)
+        return rewards_per_func
+
+    def _rollout_batch(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> RolloutBatch:
+        completions, rewards_per_func = self._scored
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards_all = (rewards_per_func * weights[None]).nansum(dim=1)  # (B·processes,)
+        b = len(inputs)
+        first = self.accelerator.process_index * b
+        if all("group" in row for row in inputs):
+            groups = torch.tensor([int(row["group"]) for row in inputs])
+        else:
+            groups = group_ids(rewards_all.numel(), self.num_generations)[first : first + b]
+        return RolloutBatch(
+            rows=inputs,
+            prompt_ids=output["prompt_ids"],
+            prompt_mask=output["prompt_mask"],
+            completion_ids=output["completion_ids"],
+            completion_mask=output["completion_mask"],
+            completions=completions,
+            rewards=rewards_all[first : first + b].cpu(),
+            outcome_advantages=output["advantages"],
+            groups=groups,
+            step=int(self.state.global_step),
+            seed=int(self.args.seed),
+        )
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._rows = inputs
+        output = super()._generate_and_score_completions(inputs)
+        batch = self._rollout_batch(inputs, output)
+        policy = self.accelerator.unwrap_model(self.model)
+        start = time.perf_counter()
+        result = self.method.advantages(batch, policy)
+        seconds = time.perf_counter() - start
+        advantages = result.advantages.to(output["advantages"].device, torch.float32)
+        b, t = output["completion_ids"].shape
+        if advantages.shape not in ((b,), (b, t)):
+            raise ValueError(
+                f"method {self.method.name!r}: advantages must have shape ({b},) or ({b}, {t}), "
+                f"got {tuple(advantages.shape)}"
+            )
+        if not torch.isfinite(advantages).all():
+            rows = torch.nonzero(~torch.isfinite(advantages).reshape(b, -1).all(dim=1)).flatten()
+            raise FloatingPointError(
+                f"method {self.method.name!r}: advantages of rows {rows.tolist()} are not finite "
+                f"(problems {[inputs[i].get('problem_id') for i in rows.tolist()]})"
+            )
+        output["advantages"] = advantages
+        self._log_credit(advantages, output["completion_mask"], result, seconds)
+        self._rows, self._scored = None, None
+        return output
+
+    def _log_credit(
+        self, advantages: torch.Tensor, mask: torch.Tensor, result: Any, seconds: float
+    ) -> None:
+        mode = "train" if self.model.training else "eval"
+        metrics = self._metrics[mode]
+        for name, value in masked_stats(advantages.cpu(), mask.cpu()).items():
+            metrics[f"credit/advantage_{name}"].append(value)
+        metrics["credit/forward_tokens"].append(float(result.forward_tokens))
+        metrics["credit/seconds"].append(seconds)
+        for name, value in result.metrics.items():
+            metrics[name].append(float(value))
+
+    # ---------------------------------------------------------------- NaN guard
+
+    def training_step(self, model, inputs, num_items_in_batch):  # noqa: ANN001, ANN201 (HF's signature)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not torch.isfinite(loss).all():
+            raise NonFiniteLossError(
+                f"loss is {loss.item()} at optimizer step {self.state.global_step + 1} "
+                f"(method {self.method.name!r}); stopped before the optimizer step, so the "
+                f"weights and the last checkpoint are those of step {self.state.global_step}"
+            )
+        return loss

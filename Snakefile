@@ -16,6 +16,8 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/references.smk"
+include: "workflow/rules/studies.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/tables.smk"
 

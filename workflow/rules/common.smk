@@ -108,5 +108,18 @@ def table_grades(wildcards) -> list[str]:
     ]
 
 
+STUDY_ARTIFACTS = (
+    "estimator_agreement",
+    "attribution_correlation",
+    "segmentation_sweep",
+    "mc_truncation",
+    "error_localization",
+)
+
+
 def all_targets() -> list[str]:
-    return [f"results/{b}_table.csv" for b in config["benchmarks"]]
+    return [f"results/{b}_table.csv" for b in config["benchmarks"]] + [
+        "results/references/train.parquet",
+        *[f"results/{a}.csv" for a in STUDY_ARTIFACTS],
+        *[f"results/figures/{a}.png" for a in STUDY_ARTIFACTS],
+    ]

@@ -14,7 +14,7 @@ and every token of segment k gets A_{i,k}; tokens after b_K (the EOS that ends t
 belong to the last segment; padding (completion mask 0) gets 0. The outcome advantage uses the
 sample (Bessel-corrected) std and ε = 1e-4 exactly as TRL's `GRPOTrainer` does, so `credit: none`
 is GRPO. Whitening uses the population std of the group's segments; a group whose σ are all equal
-whitens to 0 (no signal). All functions are pure: tensors in, tensors out.
+whitens to 0 (no signal, std < 1e-8). All functions are pure: tensors in, tensors out.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import pairwise
 from numbers import Real
 from typing import Any
 
@@ -30,6 +31,7 @@ import torch
 CREDIT_MODES: tuple[str, ...] = ("immediate", "reward_to_go", "mixed")
 REWARD_SCALES: tuple[str, ...] = ("group", "batch", "none")
 TRL_EPS = 1e-4  # TRL's GRPO adds this to the std
+MIN_STD = 1e-8  # a group whose values spread less than this carries no signal: advantage 0
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def outcome_advantages(
 def per_group_advantages(
     rewards: torch.Tensor | Sequence[float],
     groups: torch.Tensor | Sequence[int],
-    min_std: float = 1e-8,
+    min_std: float = MIN_STD,
 ) -> torch.Tensor:
     """A_i = (r_i − mean_g r)/std_g r with the population std; A = 0 where std_g < min_std.
 
@@ -163,7 +165,8 @@ def whiten_groups(
     eps: float = TRL_EPS,
 ) -> list[torch.Tensor]:
     """whiten(x_{i,k}) = (x_{i,k} − mean_g x)/(std_g x + ε), pooled over every segment k of every
-    row i of group g (population std). values[i]: (K_i,) -> list of (K_i,) float64."""
+    row i of group g (population std; 0 where std_g < 1e-8, all values equal).
+    values[i]: (K_i,) -> list of (K_i,) float64."""
     vals = _segment_values(values)
     g = _groups(groups, len(vals))
     out = [v.clone() for v in vals]
@@ -174,7 +177,7 @@ def whiten_groups(
             continue
         mean, std = pooled.mean(), pooled.std(unbiased=False)
         for i in rows:
-            out[i] = (vals[i] - mean) / (std + eps)
+            out[i] = (vals[i] - mean) / (std + eps) if std >= MIN_STD else torch.zeros_like(vals[i])
     return out
 
 
@@ -194,7 +197,7 @@ def expand_segments(
     """
     v = torch.as_tensor(values, dtype=torch.float64)
     b = [int(x) for x in boundaries]
-    if not b or b[0] != 0 or any(r <= left for left, r in zip(b, b[1:], strict=False)):
+    if not b or b[0] != 0 or any(right <= left for left, right in pairwise(b)):
         raise ValueError(f"boundaries: need 0 = b_0 < … < b_K, got {b}")
     if v.shape != (len(b) - 1,):
         raise ValueError(
@@ -204,7 +207,7 @@ def expand_segments(
         raise ValueError(f"num_tokens: {num_tokens} is less than b_K = {b[-1]}")
     if v.numel() == 0:
         return torch.zeros(num_tokens, dtype=torch.float64)
-    sizes = torch.tensor([r - left for left, r in zip(b, b[1:], strict=True)])
+    sizes = torch.tensor([right - left for left, right in pairwise(b)])
     sizes[-1] += num_tokens - b[-1]
     return torch.repeat_interleave(v, sizes)
 

@@ -155,7 +155,9 @@ class TrainingSettings:
         for name in ("max_steps", "prompts_per_step", "max_completion_length", "save_steps"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         object.__setattr__(self, "seed", _positive_int("seed", self.seed, 0))
-        object.__setattr__(self, "mc_batch_size", _positive_int("mc_batch_size", self.mc_batch_size))
+        object.__setattr__(
+            self, "mc_batch_size", _positive_int("mc_batch_size", self.mc_batch_size)
+        )
         object.__setattr__(
             self, "num_generations", _positive_int("num_generations", self.num_generations, 2)
         )
@@ -163,7 +165,9 @@ class TrainingSettings:
             self, "save_total_limit", _positive_int("save_total_limit", self.save_total_limit)
         )
         if self.max_problems is not None:
-            object.__setattr__(self, "max_problems", _positive_int("max_problems", self.max_problems))
+            object.__setattr__(
+                self, "max_problems", _positive_int("max_problems", self.max_problems)
+            )
         _finite("temperature", self.temperature, 1e-6)
         _finite("top_p", self.top_p, 1e-6, 1.0)
         _finite("learning_rate", self.learning_rate, 0.0)
@@ -239,6 +243,7 @@ def grpo_config(settings: TrainingSettings, output_dir: str | Path) -> GRPOConfi
         bf16=False,
         fp16=False,
         use_vllm=False,
+        activation_checkpointing=False,  # TRL defaults to on; it costs time and saves nothing here
         log_completions=False,
         dataloader_num_workers=0,
         disable_tqdm=False,
@@ -247,30 +252,48 @@ def grpo_config(settings: TrainingSettings, output_dir: str | Path) -> GRPOConfi
 
 def training_rows(
     table: pl.DataFrame, task: Task, tokenizer: PreTrainedTokenizerBase, settings: TrainingSettings
-) -> Dataset:
-    """Dataset rows `prompt` (task.build_prompt), `answer`, `reference`, `problem_id`."""
-    need = ["id", "problem", "answer", settings.reference_column]
+) -> tuple[Dataset, list[str]]:
+    """Dataset rows `prompt` (task.build_prompt), `answer`, `reference`, `problem_id`.
+
+    A problem without a reference (null or blank in `reference_column`, as the reference-solution
+    step leaves problems it could not verify) is left out for every method, so all methods train
+    on the same problems; their ids are returned and logged. Other blank fields are errors.
+    """
+    ref = settings.reference_column
+    need = ["id", "problem", "answer", ref]
     missing = [c for c in need if c not in table.columns]
     if missing:
         raise ValueError(f"train table: lacks column(s) {missing}; has {table.columns}")
     if settings.max_problems is not None:
         table = table.head(settings.max_problems)
-    if table.height == 0:
-        raise ValueError("train table: has no rows")
-    rows = []
+    rows, without_reference = [], []
     for row in table.iter_rows(named=True):
-        for key in need:
-            if not isinstance(row[key], str) or not row[key]:
-                raise ValueError(f"train table row {row['id']!r}: {key!r} must be a non-empty string")
+        for key in need[:3]:
+            if not isinstance(row[key], str) or not row[key].strip():
+                raise ValueError(
+                    f"train table row {row['id']!r}: {key!r} must be a non-empty string"
+                )
+        if not isinstance(row[ref], str) or not row[ref].strip():
+            without_reference.append(row["id"])
+            continue
         rows.append(
             {
                 "prompt": task.build_prompt(row["problem"], tokenizer),
                 "answer": row["answer"],
-                "reference": row[settings.reference_column],
+                "reference": row[ref],
                 "problem_id": row["id"],
             }
         )
-    return Dataset.from_list(rows)
+    if without_reference:
+        log.warning(
+            "%d problem(s) have no reference in %r and are left out: %s",
+            len(without_reference),
+            ref,
+            without_reference[:20],
+        )
+    if not rows:
+        raise ValueError(f"train table: no problem with a reference in {ref!r} to train on")
+    return Dataset.from_list(rows), without_reference
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -392,15 +415,13 @@ def train_policy(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     task = get_task(settings.task)
-    train = training_rows(table, task, tokenizer, settings)
+    train, without_reference = training_rows(table, task, tokenizer, settings)
     checkpoint = resume_point(out)
     resume_step = _step_of(checkpoint) if checkpoint else None
     if checkpoint:
         log.info("resuming from %s", checkpoint)
     trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
-    trainer.add_callback(
-        MetricsCSV(out / "metrics.csv", trainer.method.metric_names, resume_step)
-    )
+    trainer.add_callback(MetricsCSV(out / "metrics.csv", trainer.method.metric_names, resume_step))
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
@@ -411,6 +432,7 @@ def train_policy(
         "settings": settings.to_dict(),
         "steps": int(trainer.state.global_step),
         "problems": len(train),
+        "problems_without_reference": without_reference,
         "resumed_from_step": resume_step,
         "seconds_this_session": seconds,
     }

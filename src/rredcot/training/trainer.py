@@ -128,6 +128,8 @@ class CreditGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _rollout_batch(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> RolloutBatch:
+        if self._scored is None:
+            raise RuntimeError("rewards: _calculate_rewards did not run for this batch")
         completions, rewards_per_func = self._scored
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards_all = (rewards_per_func * weights[None]).nansum(dim=1)  # (B·processes,)
@@ -136,7 +138,8 @@ class CreditGRPOTrainer(GRPOTrainer):
         if all("group" in row for row in inputs):
             groups = torch.tensor([int(row["group"]) for row in inputs])
         else:
-            groups = group_ids(rewards_all.numel(), self.num_generations)[first : first + b]
+            n = self.num_generations if self.model.training else self.num_generations_eval
+            groups = group_ids(rewards_all.numel(), n)[first : first + b]
         return RolloutBatch(
             rows=inputs,
             prompt_ids=output["prompt_ids"],
@@ -156,8 +159,14 @@ class CreditGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         batch = self._rollout_batch(inputs, output)
         policy = self.accelerator.unwrap_model(self.model)
+        was_training = policy.training
+        policy.eval()  # the estimator is π without dropout; also lets the scorer use its KV cache
         start = time.perf_counter()
-        result = self.method.advantages(batch, policy)
+        try:
+            with torch.no_grad():
+                result = self.method.advantages(batch, policy)
+        finally:
+            policy.train(was_training)
         seconds = time.perf_counter() - start
         advantages = result.advantages.to(output["advantages"].device, torch.float32)
         b, t = output["completion_ids"].shape

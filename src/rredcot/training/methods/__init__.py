@@ -10,7 +10,7 @@ A new method (e.g. `rrpo`, `srpo`: own group sampling through `Method.rollout`) 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rredcot.credit.advantages import CreditConfig
@@ -49,7 +49,9 @@ def build_method(
 ) -> Method:
     """The method called `name` with its settings (the blocks it does not use are ignored)."""
     if name not in METHODS:
-        raise ValueError(f"method: {name!r} is not a training method; choose one of {list(METHODS)}")
+        raise ValueError(
+            f"method: {name!r} is not a training method; choose one of {list(METHODS)}"
+        )
     segmentation = segmentation or SegmentationConfig()
     credit = credit or CreditConfig()
     if name == "grpo":
@@ -63,16 +65,6 @@ def build_method(
     )
 
 
-def config_blocks(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The typed method blocks (`segmentation`, `credit`, `rredcot`, `mc`) of a params mapping."""
-    return {
-        "segmentation": SegmentationConfig.from_dict(params.get("segmentation", {})),
-        "credit": CreditConfig.from_dict(params.get("credit", {})),
-        "rredcot": RREDCoTConfig.from_dict(params.get("rredcot", {})),
-        "mc": MCConfig.from_dict(params.get("mc", {})),
-    }
-
-
 __all__ = [
     "METHODS",
     "GRPOMethod",
@@ -83,6 +75,5 @@ __all__ = [
     "RolloutBatch",
     "SegmentedCompletion",
     "build_method",
-    "config_blocks",
     "segment_completions",
 ]

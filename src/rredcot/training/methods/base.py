@@ -22,6 +22,7 @@ with the configured segmentation (entropies from one batched teacher-forced pass
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -82,7 +83,7 @@ class MethodOutput:
 RolloutHook = Callable[[Any, list[dict[str, Any]]], dict[str, Any]]
 
 
-class Method:
+class Method(ABC):
     """Base of the training methods; see the module docstring for the two hooks."""
 
     name: ClassVar[str] = ""
@@ -94,8 +95,9 @@ class Method:
     rollout: ClassVar[RolloutHook | None] = None
     """A method that samples its own groups defines `def rollout(self, trainer, rows)`."""
 
+    @abstractmethod
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
-        raise NotImplementedError(f"method {self.name!r}: advantages() is not defined")
+        """The advantages of `batch` under the current `policy` (in eval mode, no grad)."""
 
 
 # --------------------------------------------------------------------------- shared credit step

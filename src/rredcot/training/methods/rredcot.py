@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.redistribution import raw_credit
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.references import reference_reasoning
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     Method,
@@ -31,20 +33,22 @@ from rredcot.training.methods.base import (
 
 
 def reference_path(task: Any, row: Mapping[str, Any]) -> ReferencePath:
-    """(U*, y*) of a training row: `reference` is the reference solution text, `answer` y*.
+    """(U*, y*) of a training row: `reference` is a reference text U* ⊕ A ⊕ y* ⊕ close (the
+    synthetic world's solution, or the reference-solution step's output), `answer` is y*.
 
-    A task that can cut U* out of a solution (`reference_reasoning`, e.g. the synthetic world's
-    solution ends with its answer line) does so; otherwise the whole reference is U*.
+    U* is the text before the reference's last answer trigger A (`rredcot.references`), split
+    into one segment per line.
     """
     for key in ("reference", "answer"):
-        if not isinstance(row.get(key), str) or not row[key]:
+        if not isinstance(row.get(key), str) or not row[key].strip():
             raise ValueError(
                 f"row {row.get('problem_id')!r}: needs a non-empty string {key!r} for RREDCoT"
             )
-    if hasattr(task, "reference_reasoning"):
-        solution_row = {"id": row.get("problem_id"), "solution": row["reference"]}
-        return ReferencePath.from_row(task, {**solution_row, "answer": row["answer"]})
-    return ReferencePath.from_text(row["reference"], row["answer"])
+    try:
+        reasoning = reference_reasoning(task, row["reference"])
+    except ValueError as err:
+        raise ValueError(f"row {row.get('problem_id')!r}: {err}") from err
+    return ReferencePath.from_text(reasoning, row["answer"].strip())
 
 
 @dataclass
@@ -56,6 +60,7 @@ class RREDCoTMethod(Method):
         "credit/num_segments",
         "credit/phi0_mean",
         "credit/sigma_abs_mean",
+        "credit/scored_fraction",
     )
 
     task: Any
@@ -79,16 +84,38 @@ class RREDCoTMethod(Method):
         segs, tokens = segment_completions(
             policy, self.tokenizer, batch, self.segmentation, self.eos_ids
         )
-        traces = [
-            Trace(s.prompt_ids, s.response_ids, s.boundaries, self._reference(row), float(r))
-            for s, row, r in zip(segs, batch.rows, batch.rewards.tolist(), strict=True)
-        ]
+        # Under the terminal correction Φ_K cancels (σ_K = R − Φ_{K−1}), so the last state
+        # s_K = x ⊕ τ is not scored: the trace is cut at b_{K−1}, one state in K+1 fewer.
+        # Identical responses to the same prompt (frequent once the policy is confident) are
+        # scored once.
+        cut = self.estimator.return_equivalence == "terminal_correction"
+        traces: list[Trace] = []
+        unique: dict[tuple, int] = {}
+        which = []  # row i -> its trace in `traces`
+        rewards = batch.rewards.tolist()
+        for s, row, r in zip(segs, batch.rows, rewards, strict=True):
+            b = s.boundaries
+            short = cut and len(b) > 2
+            response, bounds = (s.response_ids[: b[-2]], b[:-1]) if short else (s.response_ids, b)
+            ref = self._reference(row)
+            key = (tuple(s.prompt_ids), tuple(response), tuple(bounds), ref, float(r))
+            if key not in unique:
+                unique[key] = len(traces)
+                traces.append(Trace(s.prompt_ids, response, bounds, ref, float(r)))
+            which.append(unique[key])
         results = rredcot_credit_batch(policy, self.tokenizer, self.task, traces, self.estimator)
-        sigmas = [res.sigma for res in results]
+        sigmas = []
+        for s, r, u in zip(segs, rewards, which, strict=True):
+            phi = results[u].phi
+            if len(traces[u].boundaries) < len(s.boundaries):
+                sigmas.append(torch.cat([raw_credit(phi), (r - phi[-1]).reshape(1)]))  # (K,)
+            else:
+                sigmas.append(results[u].sigma)
         metrics = {
             "credit/num_segments": mean_segments(segs),
-            "credit/phi0_mean": float(np.mean([float(res.phi[0]) for res in results])),
+            "credit/phi0_mean": float(np.mean([float(results[u].phi[0]) for u in which])),
             "credit/sigma_abs_mean": float(torch.cat(sigmas).abs().mean()),
+            "credit/scored_fraction": len(traces) / len(segs),
         }
         tokens += sum(res.forward_tokens for res in results)
         return sigmas, [s.boundaries for s in segs], tokens, metrics

@@ -1,0 +1,70 @@
+"""Rule `segmentation_sweep`: RREDCoT (configured variant) and the MC ground truth on every
+strategy × K of the sweep; agreement and error localization per cell; CSV and figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.reporting.figures import segmentation_sweep_figure
+from rredcot.steps.cli import log, parser, require, seed_everything, setup
+from rredcot.steps.study_common import Timer, load_policy, read_study_inputs
+from rredcot.studies.estimators import rredcot_estimates, rredcot_name
+from rredcot.studies.ground_truth import ground_truth_sigmas
+from rredcot.studies.segmentations import MAIN
+from rredcot.studies.sweep import sweep_table
+from rredcot.tasks import get_task
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--traces", required=True, type=Path)
+    p.add_argument("--segmentations", required=True, type=Path)
+    p.add_argument("--ground-truth", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--figure", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    setup(args.threads)
+    prm = args.params
+    task_name, seed, rredcot, resamples = require(
+        prm, "task", "seed", "rredcot", "bootstrap_resamples"
+    )
+    seed_everything(seed)
+    task = get_task(task_name)
+    with Timer("segmentation_sweep"):
+        traces, segmentations = read_study_inputs(args.traces, args.segmentations)
+        sweep = segmentations.filter(pl.col("segmentation") != MAIN)
+        model, tokenizer = load_policy(args.policy, prm.get("dtype", "float32"))
+        config = RREDCoTConfig.from_dict(rredcot)
+        name = rredcot_name(config.value)
+        estimates = []
+        for label in sweep["segmentation"].unique(maintain_order=True).to_list():
+            cell = sweep.filter(pl.col("segmentation") == label)
+            est = rredcot_estimates(model, tokenizer, task, traces, cell, [config.value], config)
+            estimates.append(est.with_columns(segmentation=pl.lit(label)))
+        gt = ground_truth_sigmas(traces, sweep, pl.read_parquet(args.ground_truth))
+        table = sweep_table(
+            traces,
+            sweep,
+            pl.concat(estimates),
+            gt,
+            estimator=name,
+            resamples=resamples,
+            seed=seed,
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.write_csv(args.out)
+        segmentation_sweep_figure(table, args.figure, estimator=name)
+    log.info(
+        "wrote %s:\n%s",
+        args.out,
+        table.select("segmentation", "spearman_mean", "n_defined", f"top1_{name}"),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Rule `train_policy`: RL-train one (method, seed) from a base checkpoint on the train problems.
+
+    python -m rredcot.steps.train_policy --model results/models/sft --train train.parquet \
+        --out results/training/rredcot/0 --params '{"method": "rredcot", "seed": 0, ...}'
+
+`--params` is a `TrainingSettings` mapping (method, seed, max_steps, batch shape, credit,
+segmentation, rredcot, mc, ...). Restarted after a kill, the run resumes from the newest
+checkpoint in `--out`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rredcot.data.schema import read_parquet
+from rredcot.models.loading import load_model, load_tokenizer
+from rredcot.steps.cli import log, parser, seed_everything, setup
+from rredcot.training.run import TrainingSettings, train_policy
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--model", required=True, type=Path, help="base checkpoint directory or hub id")
+    p.add_argument("--train", required=True, type=Path, help="normalized train parquet")
+    p.add_argument("--out", required=True, type=Path, help="run directory")
+    p.add_argument("--dtype", default="float32", help="model dtype (float32 on the CPU)")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    setup(args.threads)
+    settings = TrainingSettings.from_dict(args.params)
+    seed_everything(settings.seed)
+    tokenizer = load_tokenizer(args.model)
+    model = load_model(args.model, dtype=args.dtype)
+    table = read_parquet(args.train)
+    log.info("training %s (seed %d) on %d problems", settings.method, settings.seed, table.height)
+    train_policy(model, tokenizer, table, settings, args.out)
+
+
+if __name__ == "__main__":
+    main()

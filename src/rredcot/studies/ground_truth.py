@@ -1,0 +1,67 @@
+"""The Monte Carlo ground truth σ_gt of every segmentation, from the shared rollout table.
+
+σ_gt,k = V_gt(s_k) − V_gt(s_{k−1}) with V_gt(s_K) = R and V_gt the mean reward of the
+ground-truth rollouts (N large, budget generous, METHOD.md §5) from s_k. Because the rollouts are
+stored per distinct state, every segmentation reads its σ_gt from the same table.
+
+`split_half` gives the ground truth's own reliability: σ from rollouts [0, N/2) against
+σ from [N/2, N). Its agreement is a noise ceiling for how well any estimator can agree with a
+ground truth of that N.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rredcot.studies.rollouts import sigma_from_values, state_values, value_lookup
+
+GROUND_TRUTH = "ground_truth"  # estimator name of σ_gt in the study tables
+
+
+def ground_truth_sigmas(
+    traces: pl.DataFrame,
+    segmentations: pl.DataFrame,
+    rollouts: pl.DataFrame,
+    *,
+    n: int | None = None,
+    first_rollout: int = 0,
+    truncation: str = "drop",
+) -> pl.DataFrame:
+    """trace_index, segmentation, sigma (List[f64]) for every row of `segmentations`.
+
+    Uses the rollouts [first_rollout, first_rollout + n) of each state (all when n is None).
+    """
+    reward = dict(traces.select("trace_index", "reward").iter_rows())
+    values = value_lookup(
+        state_values(rollouts, n=n, first_rollout=first_rollout, truncation=truncation)
+    )
+    rows = [
+        {
+            "trace_index": t,
+            "segmentation": label,
+            "sigma": sigma_from_values(cb, values.get(t, {}), reward[t]).tolist(),
+        }
+        for t, label, cb in segmentations.select(
+            "trace_index", "segmentation", "char_boundaries"
+        ).iter_rows()
+    ]
+    schema = {"trace_index": pl.Int64, "segmentation": pl.String, "sigma": pl.List(pl.Float64)}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def split_half(
+    traces: pl.DataFrame, segmentations: pl.DataFrame, rollouts: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(σ from the first half of the rollouts, σ from the second half) per segmentation row."""
+    n_total = int(rollouts["rollout"].max()) + 1 if rollouts.height else 0
+    half = n_total // 2
+    if half < 1:
+        raise ValueError(
+            f"rollouts: a split half needs at least 2 rollouts per state, got {n_total}"
+        )
+    first = ground_truth_sigmas(traces, segmentations, rollouts, n=half)
+    second = ground_truth_sigmas(traces, segmentations, rollouts, n=half, first_rollout=half)
+    return first, second
+
+
+__all__ = ["GROUND_TRUTH", "ground_truth_sigmas", "split_half"]

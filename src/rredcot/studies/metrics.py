@@ -1,0 +1,121 @@
+"""Statistics of the estimator studies: Spearman per trace, bootstrap CIs, localization hits.
+
+Everything is a pure numpy function so that the analysis steps can be checked by hand. The
+conventions the CSVs report (METHOD.md §5):
+
+- Spearman ρ = Pearson correlation of average ranks (ties share the mean of their ranks). It is
+  *undefined* (NaN) when either vector is constant or shorter than 2, or holds a NaN: a trace
+  whose ground-truth credit is flat says nothing about an estimator's ordering. Undefined traces
+  are counted and left out of the mean, never scored as 0.
+- Means over traces get a percentile bootstrap 95% CI (resampling traces with replacement).
+- The lowest-credit segment of a trace is argmin σ; when several segments tie for the minimum
+  the hit counts fractionally (1/|ties| for each tied segment that qualifies), i.e. the expected
+  hit under a uniformly random tie-break, so a flat σ scores exactly like a random guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def rankdata(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """1-based average ranks: rankdata([10, 30, 20, 20]) = [1, 4, 2.5, 2.5]."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"values: expected a 1-D array, got shape {x.shape}")
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    ranks = np.empty(len(x), dtype=np.float64)
+    # Runs of equal values share the mean of the ranks they span.
+    starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
+    ends = np.r_[starts[1:], len(x)]
+    for lo, hi in zip(starts, ends, strict=True):
+        ranks[order[lo:hi]] = (lo + 1 + hi) / 2.0
+    return ranks
+
+
+def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Spearman ρ of two equal-length vectors; NaN when undefined (see the module docstring)."""
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"a/b: expected two 1-D arrays of equal length, got {x.shape}, {y.shape}")
+    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
+        return float("nan")
+    rx, ry = rankdata(x), rankdata(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    if denom == 0.0:
+        return float("nan")
+    return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray, resamples: int, seed: int, level: float = 0.95
+) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the finite `values` and its percentile bootstrap CI.
+
+    NaN entries are left out first (undefined traces). No finite value: (nan, nan, nan); one
+    value: the CI collapses to it.
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples: expected an integer >= 1, got {resamples!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(x.mean()), float(low), float(high)
+
+
+def argmin_set(sigma: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Indices of the lowest entries of σ (all ties); empty when σ holds a NaN or is empty."""
+    s = np.asarray(sigma, dtype=np.float64)
+    if s.size == 0 or np.isnan(s).any():
+        return np.array([], dtype=np.int64)
+    return np.flatnonzero(s == s.min())
+
+
+def localization_hits(
+    sigma: Sequence[float] | np.ndarray, true_segment: int
+) -> tuple[float, float]:
+    """(top-1, within-one) for one trace: does the lowest-credit segment hold the first error?
+
+    top-1 = share of the tied argmins equal to `true_segment`; within-one = share of them with
+    |argmin − true_segment| ≤ 1. NaN for both when σ is unusable (NaN entries).
+    """
+    s = np.asarray(sigma, dtype=np.float64)
+    if not 0 <= true_segment < s.size:
+        raise ValueError(f"true_segment: expected 0 … {s.size - 1}, got {true_segment}")
+    low = argmin_set(s)
+    if low.size == 0:
+        return float("nan"), float("nan")
+    return float(np.mean(low == true_segment)), float(np.mean(np.abs(low - true_segment) <= 1))
+
+
+def random_localization(num_segments: int, true_segment: int) -> tuple[float, float]:
+    """Expected (top-1, within-one) of a uniformly random segment: 1/K and |{k: |k−t| ≤ 1}|/K."""
+    if num_segments < 1 or not 0 <= true_segment < num_segments:
+        raise ValueError(
+            f"true_segment: expected 0 … num_segments − 1 = {num_segments - 1}, got {true_segment}"
+        )
+    near = min(true_segment + 1, num_segments - 1) - max(true_segment - 1, 0) + 1
+    return 1.0 / num_segments, near / num_segments
+
+
+__all__ = [
+    "argmin_set",
+    "bootstrap_mean_ci",
+    "localization_hits",
+    "random_localization",
+    "rankdata",
+    "spearman",
+]

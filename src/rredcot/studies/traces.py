@@ -1,0 +1,196 @@
+"""The traces the estimator studies score: one sampled response per problem, with its verdicts.
+
+METHOD.md §5 compares credit estimators on responses of the policy itself. Each problem of the
+study split gets one response sampled at the study temperature (1.0 by default: the policy's own
+distribution, so both correct and incorrect traces occur and none is filtered out). A trace
+keeps everything the later steps need:
+
+- ids: prompt_ids (the prompt as the backend tokenized it) and response_ids (the kept tokens);
+- text: prompt, response, and token_texts (one string per response token, joined = response);
+- verdicts: reward r(y); for tasks with a step checker (the synthetic world) first_error (1-based
+  step), error_kind and the character span of the offending line (`check_response`);
+- the reference: y* (answer) and the reference text U* ⊕ A ⊕ y* ⊕ close from the references rule;
+- per-token statistics under the policy: log π(z_t | x, z_<t) and the entropy H_t of the
+  distribution z_t was drawn from (the segmentation strategies' inputs).
+
+Nothing is dropped: an empty response stays in the table (T = 0, no segments) and the steps that
+need segments report how many traces they could not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from rredcot.generation.base import GenerationBackend, SamplingParams
+
+TRACE_COLUMNS: tuple[str, ...] = (
+    "trace_index",
+    "problem_id",
+    "prompt",
+    "response",
+    "prompt_ids",
+    "response_ids",
+    "token_texts",
+    "num_tokens",
+    "finish_reason",
+    "answer",
+    "reference",
+    "reward",
+    "first_error",
+    "n_steps",
+    "error_kind",
+    "error_start",
+    "error_end",
+)
+STAT_COLUMNS: tuple[str, ...] = ("logprobs", "entropies")
+
+
+def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """The text of each token, so that "".join(result) == decode(ids).
+
+    Each token is decoded alone; when that does not reassemble the whole (a byte tokenizer cutting
+    a multi-byte character), the text of token j is what decoding the prefix ids[:j+1] adds to
+    ids[:j] (a partial character adds nothing; the token that completes it gets the character).
+    """
+    ids = [int(i) for i in ids]
+    whole = tokenizer.decode(ids, skip_special_tokens=True)
+    pieces = [tokenizer.decode([i], skip_special_tokens=True) for i in ids]
+    if "".join(pieces) == whole:
+        return pieces
+    out, previous = [], ""
+    for j in range(len(ids)):
+        prefix = tokenizer.decode(ids[: j + 1], skip_special_tokens=True)
+        # A trailing U+FFFD may be a character still being completed; the last token takes
+        # whatever is left (bytes that never form a character stay U+FFFD).
+        stable = prefix if j == len(ids) - 1 else prefix.rstrip("\ufffd")
+        if stable.startswith(previous):
+            out.append(stable[len(previous) :])
+            previous = stable
+        else:
+            out.append("")
+    if "".join(out) != whole:
+        raise ValueError("tokenizer: token texts do not reassemble the decoded response")
+    return out
+
+
+def sample_traces(
+    backend: GenerationBackend,
+    task: Any,
+    problems: pl.DataFrame,
+    tokenizer: Any,
+    *,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+) -> pl.DataFrame:
+    """One response per problem (`TRACE_COLUMNS`), graded and, where possible, step-checked.
+
+    problems: `id, problem, answer` and `reference` (the references rule's column; null where a
+    problem has none), plus `program` for the synthetic world's step checker. One
+    `backend.generate` call with n = 1; row p draws from the stream derive_seed(seed, p, 0).
+    """
+    missing = [c for c in ("id", "problem", "answer", "reference") if c not in problems.columns]
+    if missing:
+        raise ValueError(f"problems: lacks column(s) {missing}; has {problems.columns}")
+    rows = problems.to_dicts()
+    prompts = [task.build_prompt(r["problem"], tokenizer) for r in rows]
+    params = SamplingParams(
+        n=1,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        stop_strings=tuple(task.stop_strings),
+    )
+    completions = backend.generate(prompts, params)
+    if len(completions) != len(rows):
+        raise ValueError(f"backend returned {len(completions)} completions for {len(rows)} prompts")
+    prompt_ids = tokenizer(prompts)["input_ids"]
+    checker = getattr(task, "check_response", None) if "program" in problems.columns else None
+    out: dict[str, list[Any]] = {c: [] for c in TRACE_COLUMNS}
+    for c in completions:
+        row = rows[c.prompt_index]
+        gold = str(row["answer"]).strip()
+        grade = task.grade(c.text, gold)
+        check = checker(row["program"], c.text) if checker is not None else None
+        span = check.first_error_span if check is not None else None
+        values = {
+            "trace_index": c.prompt_index,
+            "problem_id": row["id"],
+            "prompt": prompts[c.prompt_index],
+            "response": c.text,
+            "prompt_ids": list(prompt_ids[c.prompt_index]),
+            "response_ids": list(c.token_ids),
+            "token_texts": token_texts(tokenizer, c.token_ids),
+            "num_tokens": c.num_tokens,
+            "finish_reason": c.finish_reason,
+            "answer": gold,
+            "reference": row["reference"],
+            "reward": grade.reward,
+            "first_error": None if check is None else check.first_error,
+            "n_steps": None if check is None else check.n_steps,
+            "error_kind": None if check is None else check.error_kind,
+            "error_start": None if span is None else span[0],
+            "error_end": None if span is None else span[1],
+        }
+        for key, value in values.items():
+            out[key].append(value)
+    schema = {
+        "prompt_ids": pl.List(pl.Int64),
+        "response_ids": pl.List(pl.Int64),
+        "token_texts": pl.List(pl.String),
+        "reference": pl.String,
+        "first_error": pl.Int64,
+        "n_steps": pl.Int64,
+        "error_kind": pl.String,
+        "error_start": pl.Int64,
+        "error_end": pl.Int64,
+    }
+    return pl.DataFrame(out, schema_overrides=schema)
+
+
+def token_statistics(model: Any, traces: pl.DataFrame) -> pl.DataFrame:
+    """`traces` with `logprobs` and `entropies` (one float per response token, empty when T = 0).
+
+    One teacher-forced pass per trace (`rredcot.scoring.response_entropies`).
+    """
+    from rredcot.scoring import response_entropies
+
+    logprobs, entropies = [], []
+    for prompt_ids, response_ids in zip(traces["prompt_ids"], traces["response_ids"], strict=True):
+        if len(response_ids) == 0:
+            logprobs.append([])
+            entropies.append([])
+            continue
+        lp, h = response_entropies(model, list(prompt_ids), list(response_ids))
+        logprobs.append(lp.double().tolist())
+        entropies.append(h.double().tolist())
+    return traces.with_columns(
+        pl.Series("logprobs", logprobs, dtype=pl.List(pl.Float64)),
+        pl.Series("entropies", entropies, dtype=pl.List(pl.Float64)),
+    )
+
+
+def error_char(response: str, error_start: int | None) -> int | None:
+    """The character whose segment holds the first error: the offending line's first character.
+
+    A response that ends before the erroneous step (span (len, len)) points at its last
+    character: stopping there is where it went wrong. None when there is no error or no text.
+    """
+    if error_start is None or not response:
+        return None
+    return min(int(error_start), len(response) - 1)
+
+
+__all__ = [
+    "STAT_COLUMNS",
+    "TRACE_COLUMNS",
+    "error_char",
+    "sample_traces",
+    "token_statistics",
+    "token_texts",
+]

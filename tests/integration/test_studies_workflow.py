@@ -1,0 +1,139 @@
+"""The estimator studies and reference solutions on the smoke config, run by Snakemake."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = (
+    "estimator_agreement",
+    "attribution_correlation",
+    "segmentation_sweep",
+    "mc_truncation",
+    "error_localization",
+)
+
+
+def snakemake(repo: Path, workdir: Path, *args: str, env: dict | None = None):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def studies_run(repo, tmp_path_factory):
+    """Every study artifact and the training references on the smoke config."""
+    workdir = tmp_path_factory.mktemp("studies")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    targets = [f"results/{a}.csv" for a in ARTIFACTS] + ["results/references/train.parquet"]
+    proc = snakemake(
+        repo,
+        workdir,
+        "--configfile",
+        str(repo / "configs" / "smoke.yaml"),
+        "--cores",
+        "2",
+        *targets,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return workdir
+
+
+def test_every_artifact_has_its_figure(studies_run):
+    for name in ARTIFACTS:
+        assert (studies_run / "results" / f"{name}.csv").stat().st_size > 0
+        figure = studies_run / "results" / "figures" / f"{name}.png"
+        assert figure.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_estimator_agreement(studies_run):
+    table = pl.read_csv(studies_run / "results" / "estimator_agreement.csv")
+    assert {
+        "estimator",
+        "family",
+        "spearman_mean",
+        "ci95_low",
+        "ci95_high",
+        "n_defined",
+        "n_undefined",
+        "forward_tokens_per_trace",
+        "seconds_per_trace",
+    } <= set(table.columns)
+    names = set(table["estimator"].to_list())
+    assert {"mc_n1", "mc_n2", "loo", "shapley", "grad_x_input", "attention"} <= names
+    assert {f"rredcot_{v}" for v in ("ref_suffix_sum", "ref_path_ratio")} <= names
+    assert "ground_truth_split_half" in names
+    defined = table.filter(pl.col("n_defined") > 0)
+    for row in defined.iter_rows(named=True):
+        assert -1.0 <= row["ci95_low"] <= row["spearman_mean"] <= row["ci95_high"] <= 1.0
+    assert (table["n_defined"] + table["n_undefined"] == table["n_traces"]).all()
+    costed = table.filter(pl.col("family") != "ground_truth")
+    assert (costed["forward_tokens_per_trace"] > 0).all()
+
+
+def test_attribution_correlation_matrix(studies_run):
+    m = pl.read_csv(studies_run / "results" / "attribution_correlation.csv")
+    names = m["estimator"].to_list()
+    assert names[0] == "ground_truth" and m.columns == ["estimator", *names]
+    values = m.select(names).to_numpy()
+    finite = values[~pl.Series(values.ravel()).is_nan().to_numpy().reshape(values.shape)]
+    assert ((finite >= -1 - 1e-9) & (finite <= 1 + 1e-9)).all()
+
+
+def test_error_localization(studies_run):
+    table = pl.read_csv(studies_run / "results" / "error_localization.csv")
+    random = table.filter(pl.col("estimator") == "random").row(0, named=True)
+    if random["n_traces"] > 0:
+        # exact expectation 1/K per trace; the smoke's K is at most 4
+        assert random["top1"] == pytest.approx(1 / random["mean_num_segments"], rel=0.5)
+        assert 1 / 4 <= random["top1"] <= 1.0
+    for col in ("top1", "within_one"):
+        values = table[col].drop_nans().drop_nulls()
+        assert ((values >= 0) & (values <= 1)).all()
+    assert (table["within_one"].fill_nan(1) >= table["top1"].fill_nan(0)).all()
+    assert "ground_truth" in table["estimator"].to_list()
+
+
+def test_mc_truncation(studies_run):
+    table = pl.read_csv(studies_run / "results" / "mc_truncation.csv")
+    assert sorted(set(table["budget"].to_list())) == [8, 32]
+    assert set(table["truncation"].to_list()) == {"drop", "zero"}
+    for col in ("truncated_share", "drop_rate", "no_estimate_share"):
+        assert ((table[col] >= 0) & (table[col] <= 1)).all()
+    drop = table.filter(pl.col("truncation") == "drop").sort("budget")
+    assert drop["truncated_share"][0] >= drop["truncated_share"][1]  # a larger L cuts less
+    zero = table.filter(pl.col("truncation") == "zero")
+    assert (zero["drop_rate"] == 0).all()
+    assert (zero["mean_value_shift"].fill_nan(0) <= 1e-12).all()  # scoring cuts as 0 only lowers V
+
+
+def test_segmentation_sweep(studies_run):
+    table = pl.read_csv(studies_run / "results" / "segmentation_sweep.csv")
+    assert sorted(table["segmentation"].to_list()) == [
+        "fixed_k2",
+        "fixed_k4",
+        "hybrid_k2",
+        "hybrid_k4",
+    ]
+    assert (table["mean_num_segments"] <= table["requested_segments"]).all()
+    rho = table["spearman_mean"].drop_nans().drop_nulls()
+    assert ((rho >= -1) & (rho <= 1)).all()
+
+
+def test_references_cover_every_training_problem(studies_run):
+    refs = pl.read_parquet(studies_run / "results" / "references" / "train.parquet")
+    world = pl.read_parquet(studies_run / "results" / "data" / "world" / "train.parquet")
+    assert refs["id"].to_list() == world["id"].to_list()  # nothing dropped
+    summary = json.loads((studies_run / "results/references/train_summary.json").read_text())
+    assert summary["coverage"] == pytest.approx(1.0)  # every synthetic solution verifies
+    assert summary["counts"]["dataset"] == refs.height
+    missing = pl.read_csv(studies_run / "results" / "references" / "train_missing.csv")
+    assert missing.columns == ["id", "reason"] and missing.height == 0

@@ -1,0 +1,176 @@
+"""Credit → token advantages (rredcot.credit.advantages), checked by hand (METHOD.md §4, §6)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rredcot.credit.advantages import (
+    CreditConfig,
+    expand_segments,
+    group_ids,
+    masked_stats,
+    outcome_advantages,
+    per_group_advantages,
+    reward_to_go,
+    token_advantages,
+    whiten_groups,
+)
+
+# --- outcome advantages ----------------------------------------------------------------------
+
+
+def test_outcome_advantage_by_hand():
+    # group 0: mean 0.5, sample std sqrt(1/3); group 1: all equal -> 0
+    a = outcome_advantages([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0], num_generations=4)
+    s = math.sqrt(1 / 3) + 1e-4
+    want = [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0.0, 0.0, 0.0, 0.0]
+    assert a.tolist() == pytest.approx(want, rel=1e-6)
+
+
+def test_outcome_advantage_scales():
+    r = [2.0, 0.0, 1.0, 1.0]
+    assert outcome_advantages(r, 2, scale="none").tolist() == [1.0, -1.0, 0.0, 0.0]
+    batch_std = torch.tensor(r).std().item()
+    got = outcome_advantages(r, 2, scale="batch").tolist()
+    assert got == pytest.approx([1 / (batch_std + 1e-4), -1 / (batch_std + 1e-4), 0, 0])
+
+
+def test_outcome_advantage_refuses_bad_input():
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        outcome_advantages([1.0, 0.0, 1.0], num_generations=2)
+    with pytest.raises(ValueError, match="rows \\[1\\]"):
+        outcome_advantages([1.0, float("nan")], num_generations=2)
+    with pytest.raises(ValueError, match="scale"):
+        outcome_advantages([1.0, 0.0], 2, scale="global")
+
+
+def test_group_ids_is_trl_layout():
+    assert group_ids(6, 3).tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_per_group_advantages_population_std_and_zero_std():
+    # labels interleaved: group 7 = rows 0, 2, 4, 6 -> r = 1, 0, 0, 0; group 3 = rows 1, 3, 5, 7
+    rewards = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    groups = [7, 3, 7, 3, 7, 3, 7, 3]
+    a = per_group_advantages(rewards, groups).tolist()
+    std7 = math.sqrt(0.25 * 0.75)  # population std of (1, 0, 0, 0)
+    assert a[0] == pytest.approx(0.75 / std7)
+    assert a[2] == pytest.approx(-0.25 / std7)
+    assert [a[1], a[3], a[5], a[7]] == pytest.approx([1.0, 1.0, -1.0, -1.0])  # mean .5, std .5
+    assert per_group_advantages([1.0, 1.0, 0.0], [0, 0, 1]).tolist() == [0.0, 0.0, 0.0]
+
+
+# --- whitening and segment helpers ---------------------------------------------------------------
+
+
+def test_whiten_pools_all_segments_of_a_group():
+    out = whiten_groups([[1.0, 3.0], [2.0], [5.0, 5.0]], [0, 0, 1], eps=0.0)
+    s = math.sqrt(2 / 3)  # population std of (1, 3, 2)
+    assert out[0].tolist() == pytest.approx([-1 / s, 1 / s])
+    assert out[1].tolist() == pytest.approx([0.0])
+    assert out[2].tolist() == [0.0, 0.0]  # all equal: no signal
+
+
+def test_reward_to_go():
+    assert reward_to_go([1.0, 2.0, 3.0]).tolist() == [6.0, 5.0, 3.0]
+
+
+def test_expand_segments_gives_the_eos_to_the_last_segment():
+    assert expand_segments([0.5, -1.0], [0, 2, 5], 6).tolist() == [0.5, 0.5, -1, -1, -1, -1]
+    assert expand_segments([], [0], 3).tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="num_tokens"):
+        expand_segments([1.0], [0, 4], 3)
+    with pytest.raises(ValueError, match="one value per segment"):
+        expand_segments([1.0], [0, 2, 4], 4)
+    with pytest.raises(ValueError, match="boundaries"):
+        expand_segments([1.0, 2.0], [0, 2, 2], 4)
+
+
+# --- token advantages, one hand-computed case per mode ------------------------------------------
+
+SIGMAS = [[0.5, -0.5], [1.0]]
+BOUNDS = [[0, 1, 3], [0, 2]]
+MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # row 0: 3 tokens + EOS; row 1: 2 tokens, pad
+
+
+def test_immediate_by_hand():
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("immediate", eps=0.0))
+    # pooled σ = (0.5, −0.5, 1): mean 1/3, deviations (1/6, −5/6, 2/3), population std
+    s = math.sqrt((1 / 36 + 25 / 36 + 16 / 36) / 3)
+    want = [[1 / 6 / s, -5 / 6 / s, -5 / 6 / s, -5 / 6 / s], [2 / 3 / s, 2 / 3 / s, 0, 0]]
+    assert a.shape == (2, 4) and a.dtype == torch.float32
+    assert a.tolist() == [pytest.approx(row, rel=1e-6) for row in want]
+
+
+def test_reward_to_go_by_hand():
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("reward_to_go", eps=0.0))
+    # G = (0, −0.5) and (1,): mean 1/6, deviations (−1/6, −2/3, 5/6)
+    s = math.sqrt((1 / 36 + 16 / 36 + 25 / 36) / 3)
+    want = [[-1 / 6 / s, -2 / 3 / s, -2 / 3 / s, -2 / 3 / s], [5 / 6 / s, 5 / 6 / s, 0, 0]]
+    assert a.tolist() == [pytest.approx(row, rel=1e-6) for row in want]
+
+
+def test_mixed_by_hand():
+    outcome = torch.tensor([0.7, -0.7])
+    cfg = CreditConfig("mixed", beta=0.5, eps=0.0)
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg, outcome)
+    s = math.sqrt((1 / 36 + 25 / 36 + 16 / 36) / 3)
+    want = [
+        [0.7 + 0.5 / 6 / s, 0.7 - 0.5 * 5 / 6 / s, 0.7 - 0.5 * 5 / 6 / s, 0.7 - 0.5 * 5 / 6 / s],
+        [-0.7 + 0.5 * 2 / 3 / s, -0.7 + 0.5 * 2 / 3 / s, 0, 0],
+    ]
+    assert a.tolist() == [pytest.approx(row, rel=1e-6) for row in want]
+    with pytest.raises(ValueError, match="mixed"):
+        token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg)
+
+
+def test_groups_are_whitened_separately():
+    a = token_advantages(SIGMAS, BOUNDS, [0, 1], MASK, CreditConfig(eps=0.0))
+    assert a[0].tolist() == pytest.approx([1.0, -1.0, -1.0, -1.0])  # (0.5, −0.5) on its own
+    assert a[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # one segment: nothing to compare with
+
+
+def test_token_advantages_refuse_bad_input():
+    with pytest.raises(ValueError, match="need B rows"):
+        token_advantages(SIGMAS[:1], BOUNDS, [0, 0], MASK)
+    with pytest.raises(ValueError, match="not finite"):
+        token_advantages([[float("nan"), 0.0], [1.0]], BOUNDS, [0, 0], MASK)
+    with pytest.raises(ValueError, match="credit.mode"):
+        CreditConfig(mode="gae")
+    with pytest.raises(ValueError, match="unknown credit key"):
+        CreditConfig.from_dict({"lambda": 0.9})
+
+
+segment_rows = st.lists(
+    st.lists(st.floats(-5, 5, allow_nan=False), min_size=1, max_size=5), min_size=2, max_size=6
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(segment_rows, st.floats(-2, 2, allow_nan=False))
+def test_properties_of_the_modes(sigmas, outcome_value):
+    bounds = [list(range(len(s) + 1)) for s in sigmas]  # one token per segment, then EOS
+    width = max(len(s) for s in sigmas) + 2
+    mask = torch.zeros(len(sigmas), width, dtype=torch.long)
+    for i, s in enumerate(sigmas):
+        mask[i, : len(s) + 1] = 1
+    groups = [0] * len(sigmas)
+    a = token_advantages(sigmas, bounds, groups, mask, CreditConfig(eps=0.0))
+    assert (a[mask == 0] == 0).all()
+    per_segment = torch.cat([a[i, : len(s)] for i, s in enumerate(sigmas)]).double()
+    assert abs(float(per_segment.mean())) < 1e-5  # whitened over the group's segments
+    outcome = torch.full((len(sigmas),), outcome_value)
+    plain = token_advantages(sigmas, bounds, groups, mask, CreditConfig("mixed", beta=0.0), outcome)
+    assert torch.allclose(plain, outcome[:, None] * mask)  # β = 0: the outcome advantage
+
+
+def test_masked_stats_count_only_real_tokens():
+    stats = masked_stats(torch.tensor([1.0, -1.0]), torch.tensor([[1, 1, 0], [1, 0, 0]]))
+    assert stats["mean"] == pytest.approx(1 / 3)
+    assert stats["min"] == -1.0 and stats["max"] == 1.0
+    assert masked_stats(torch.zeros(1, 2), torch.zeros(1, 2))["std"] == 0.0

@@ -1,0 +1,251 @@
+"""Training methods on hand-made batches (rredcot.training.methods): shapes, masks, credit sums."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.mc import MCConfig
+from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
+from rredcot.models.tiny import build_tiny_model
+from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.scoring import response_entropies
+from rredcot.segmentation import SegmentationConfig
+from rredcot.tasks import get_task
+from rredcot.training.methods import METHODS, RolloutBatch, build_method
+from rredcot.training.methods.base import response_scores, segment_completions, strip_eos
+from rredcot.training.methods.mc import fill_missing_values
+from rredcot.training.methods.rredcot import reference_path
+
+ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+}
+ROWS = [
+    {
+        "problem_id": "p0",
+        "problem": "a=3, b=8, c=2. d=a+b. e=d*a. Find e.",
+        "answer": "3",
+        "reference": "d=a+b=3+8=1\ne=d*a=1*3=3\nAnswer: 3.",
+    },
+    {
+        "problem_id": "p1",
+        "problem": "a=1, b=2, c=4. d=c-a. e=d+b. Find e.",
+        "answer": "5",
+        "reference": "d=c-a=4-1=3\ne=d+b=3+2=5\nAnswer: 5.",
+    },
+]
+# (problem, response text, ends with EOS, reward); rows 0-1 are group 0, rows 2-3 group 1
+RESPONSES = [
+    (0, "d=a+b=3+8=1\ne=d*a=1*3=3\nAnswer: 3.", True, 1.0),
+    (0, "d=a+b=3+8=2\ne=d*a=2*3=6\nAnswer: 6.", True, 0.0),
+    (1, "d=c-a=4-1=3\ne=d+b=3+2=5\nAnswer: 5.", True, 1.0),
+    (1, "d=c-a=4-1=3\ne=d+b", False, 0.0),  # truncated: no EOS
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_byte_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    m = build_tiny_model(ARCH, tokenizer, seed=0)
+    m.set_attn_implementation("sdpa")
+    yield m.eval()
+    torch.set_num_threads(threads)
+
+
+def make_batch(tokenizer, outcome=None, responses=RESPONSES) -> RolloutBatch:
+    """Left-padded prompts, right-padded completions, as TRL hands them over."""
+    task = get_task("synthetic")
+    rows, prompts, completions = [], [], []
+    for problem, text, eos, _ in responses:
+        row = ROWS[problem]
+        prompt = task.build_prompt(row["problem"])
+        rows.append({**row, "prompt": prompt})
+        prompts.append(tokenizer(prompt)["input_ids"])
+        ids = tokenizer(text)["input_ids"]
+        completions.append(ids + [tokenizer.eos_token_id] if eos else ids)
+    p, t, b = max(map(len, prompts)), max(map(len, completions)), len(prompts)
+    prompt_ids = torch.full((b, p), tokenizer.pad_token_id)
+    prompt_mask = torch.zeros(b, p, dtype=torch.long)
+    completion_ids = torch.full((b, t), tokenizer.pad_token_id)
+    completion_mask = torch.zeros(b, t, dtype=torch.long)
+    for i, (x, c) in enumerate(zip(prompts, completions, strict=True)):
+        prompt_ids[i, p - len(x) :], prompt_mask[i, p - len(x) :] = torch.tensor(x), 1
+        completion_ids[i, : len(c)], completion_mask[i, : len(c)] = torch.tensor(c), 1
+    rewards = torch.tensor([r for *_, r in responses])
+    return RolloutBatch(
+        rows=rows,
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        completions=[text for _, text, _, _ in responses],
+        rewards=rewards,
+        outcome_advantages=torch.tensor([0.7, -0.7, 0.7, -0.7]) if outcome is None else outcome,
+        groups=torch.tensor([0, 0, 1, 1]),
+        step=3,
+        seed=0,
+    )
+
+
+def method(name, tokenizer, **blocks):
+    return build_method(name, get_task("synthetic"), tokenizer, [tokenizer.eos_token_id], **blocks)
+
+
+# --- shared plumbing -------------------------------------------------------------------------
+
+
+def test_registry_and_unknown_method(tokenizer):
+    assert {"grpo", "rredcot", "mc"} <= set(METHODS)
+    with pytest.raises(ValueError, match="choose one of"):
+        method("ppo", tokenizer)
+
+
+def test_strip_eos():
+    assert strip_eos([5, 6, 9], [9]) == [5, 6]
+    assert strip_eos([5, 6], [9]) == [5, 6]  # truncated: nothing to strip
+    assert strip_eos([9], [9]) == [9]  # EOS alone stays, so the trace has K ≥ 1
+
+
+def test_batched_scores_match_one_trace_at_a_time(model, tokenizer):
+    batch = make_batch(tokenizer)
+    logprobs, entropies, tokens = response_scores(model, batch, rows_per_pass=3)
+    assert tokens == int(batch.prompt_mask.sum() + batch.completion_mask.sum())
+    for i in range(len(batch)):
+        lp, h = response_entropies(model, batch.prompt(i), batch.completion(i))
+        n = len(batch.completion(i))
+        torch.testing.assert_close(logprobs[i, :n], lp, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(entropies[i, :n], h, atol=1e-5, rtol=1e-5)
+
+
+def test_segment_completions_cut_lines_and_drop_the_eos(model, tokenizer):
+    batch = make_batch(tokenizer)
+    keyword = SegmentationConfig(strategy="keyword", num_segments=None)
+    traces, tokens = segment_completions(model, tokenizer, batch, keyword, [tokenizer.eos_token_id])
+    assert tokens == 0  # the keyword split needs no entropies
+    text = RESPONSES[0][1]
+    assert traces[0].response_ids == tokenizer(text)["input_ids"]  # EOS dropped
+    assert traces[0].boundaries == [0, 11, 23, len(text)]  # a boundary before each "\n"
+    assert traces[3].response_ids == batch.completion(3)  # truncated: all tokens kept
+    hybrid, tokens = segment_completions(
+        model, tokenizer, batch, SegmentationConfig(num_segments=2), [tokenizer.eos_token_id]
+    )
+    assert tokens > 0 and all(len(t.boundaries) == 3 for t in hybrid)
+
+
+def test_reference_path_of_a_row():
+    task = get_task("synthetic")
+    ref = reference_path(task, ROWS[0])
+    assert ref.answer == "3" and ref.segments == ("d=a+b=3+8=1\n", "e=d*a=1*3=3")
+    with pytest.raises(ValueError, match="p9.*'reference'"):
+        reference_path(task, {"answer": "1", "problem_id": "p9"})
+    with pytest.raises(ValueError, match="p9.*answer trigger"):
+        reference_path(task, {"reference": "x=1", "answer": "1", "problem_id": "p9"})
+
+
+# --- grpo ------------------------------------------------------------------------------------
+
+
+def test_grpo_hands_back_trls_advantages(model, tokenizer):
+    batch = make_batch(tokenizer)
+    out = method("grpo", tokenizer).advantages(batch, model)
+    assert out.advantages is batch.outcome_advantages and out.forward_tokens == 0
+
+
+# --- rredcot ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("equivalence", ["terminal_correction", "rescale"])
+def test_rredcot_sigma_is_the_estimators_and_fills_its_segments(model, tokenizer, equivalence):
+    seg = SegmentationConfig(num_segments=3)
+    estimator = RREDCoTConfig(return_equivalence=equivalence)
+    m = method("rredcot", tokenizer, segmentation=seg, rredcot=estimator)
+    batch = make_batch(tokenizer)
+    sigmas, boundaries, tokens, metrics = m.sigmas(batch, model)
+    task = get_task("synthetic")
+    for i, (sigma, b) in enumerate(zip(sigmas, boundaries, strict=True)):
+        response = strip_eos(batch.completion(i), [tokenizer.eos_token_id])
+        ref = reference_path(task, batch.rows[i])
+        want = rredcot_credit(
+            model, tokenizer, task, batch.prompt(i), response, b, ref, RESPONSES[i][3], estimator
+        )
+        torch.testing.assert_close(sigma, want.sigma)  # the last state is skipped when it cancels
+        reward = RESPONSES[i][3]
+        if equivalence == "terminal_correction":
+            assert float(sigma.sum()) == pytest.approx(reward - float(want.phi[0]))
+        else:  # the potential moved, so Σσ = R
+            assert float(sigma.sum()) == pytest.approx(reward, abs=1e-9)
+        assert len(b) == 4 and b[-1] == len(response)
+    assert tokens > 0 and set(metrics) == set(m.metric_names)
+
+    out = m.advantages(batch, model)
+    mask = batch.completion_mask
+    assert out.advantages.shape == mask.shape and out.forward_tokens == tokens
+    assert (out.advantages[mask == 0] == 0).all()
+    want = token_advantages(sigmas, boundaries, batch.groups, mask, CreditConfig())
+    torch.testing.assert_close(out.advantages, want)
+    for i, b in enumerate(boundaries):  # one value per segment; the EOS joins the last one
+        row = out.advantages[i]
+        for left, right in zip(b, b[1:], strict=False):
+            assert (row[left:right] == row[left]).all()
+        if RESPONSES[i][2]:
+            assert row[b[-1]] == row[b[-1] - 1]
+
+
+def test_rredcot_scores_identical_responses_once(model, tokenizer):
+    m = method("rredcot", tokenizer)
+    twice = [RESPONSES[0], RESPONSES[0], RESPONSES[2], RESPONSES[3]]
+    sigmas, _, tokens, metrics = m.sigmas(make_batch(tokenizer, responses=twice), model)
+    assert metrics["credit/scored_fraction"] == 3 / 4
+    torch.testing.assert_close(sigmas[0], sigmas[1])
+    alone, _, alone_tokens, _ = m.sigmas(make_batch(tokenizer, responses=twice[1:]), model)
+    torch.testing.assert_close(sigmas[1:], alone, atol=1e-6, rtol=1e-6)
+    assert tokens == alone_tokens
+
+
+def test_rredcot_mixed_with_beta_zero_is_grpo(model, tokenizer):
+    batch = make_batch(tokenizer)
+    m = method("rredcot", tokenizer, credit=CreditConfig("mixed", beta=0.0))
+    out = m.advantages(batch, model)
+    want = batch.outcome_advantages[:, None] * batch.completion_mask
+    torch.testing.assert_close(out.advantages, want.float())
+
+
+# --- mc --------------------------------------------------------------------------------------
+
+
+def test_fill_missing_values_passes_the_share_on():
+    nan = float("nan")
+    filled, missing = fill_missing_values(torch.tensor([0.5, nan, nan, 1.0], dtype=torch.float64))
+    assert filled.tolist() == [0.5, 1.0, 1.0, 1.0] and missing == 2
+    with pytest.raises(ValueError, match="V̂\\(s_K\\)"):
+        fill_missing_values(torch.tensor([0.5, nan]))
+
+
+def test_mc_sigma_sums_to_return_minus_first_value(model, tokenizer):
+    mc = MCConfig(n_rollouts=2, budget=6, truncation="zero")
+    m = method("mc", tokenizer, segmentation=SegmentationConfig(num_segments=2), mc=mc)
+    batch = make_batch(tokenizer)
+    sigmas, boundaries, tokens, metrics = m.sigmas(batch, model)
+    assert [s.shape for s in sigmas] == [(2,)] * 4
+    # truncation "zero": every rollout counts, so V̂(s_0) ∈ {0, 0.5, 1} and Σσ = R − V̂(s_0)
+    for sigma, (*_, reward) in zip(sigmas, RESPONSES, strict=True):
+        assert reward - float(sigma.sum()) in (0.0, 0.5, 1.0)
+    assert metrics["credit/mc_rollouts"] == 4 * 2 * 2  # B rows · K states · N rollouts
+    assert tokens > 0 and set(metrics) == set(m.metric_names)
+    out = m.advantages(batch, model)
+    assert out.advantages.shape == batch.completion_mask.shape
+    assert (out.advantages[batch.completion_mask == 0] == 0).all()
+    again = m.advantages(batch, model)  # rollouts are seeded by (seed, step, row)
+    torch.testing.assert_close(out.advantages, again.advantages)

@@ -1,0 +1,448 @@
+"""The one RL trainer (rredcot.training): GRPO equivalence, the sampling hook, runs, resume, NaN."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback, set_seed
+from trl import GRPOTrainer
+
+from rredcot.credit.advantages import outcome_advantages, per_group_advantages
+from rredcot.data.schema import write_parquet
+from rredcot.data.synthetic import WorldConfig, generate_split
+from rredcot.models.loading import load_model, load_tokenizer
+from rredcot.models.sft import SFTSettings, run_sft
+from rredcot.models.tiny import build_tiny_model
+from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.tasks import get_task
+from rredcot.tasks.base import Grade
+from rredcot.training import (
+    CSV_COLUMNS,
+    CreditGRPOTrainer,
+    NonFiniteLossError,
+    TrainingSettings,
+    correctness_reward,
+    grpo_config,
+    resume_point,
+    train_policy,
+    training_rows,
+)
+from rredcot.training.methods import GRPOMethod, Method, MethodOutput, RolloutBatch
+from rredcot.training.run import complete_checkpoints
+
+ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+}
+ROWS = [
+    {"prompt": "a=3, b=8. c=a+b. Find c.\n", "answer": "1", "reference": "x", "problem_id": "p0"},
+    {"prompt": "a=1, b=2. c=b-a. Find c.\n", "answer": "1", "reference": "y", "problem_id": "p1"},
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_byte_tokenizer()
+
+
+def digit_share(completions, **_):
+    """A reward with spread even for a random model: the share of digits in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def settings(**kw) -> TrainingSettings:
+    base = {
+        "prompts_per_step": 2,
+        "num_generations": 2,
+        "max_completion_length": 12,
+        "max_steps": 1,
+        "learning_rate": 1e-2,
+        "save_steps": 100,
+    }
+    return TrainingSettings.from_dict({**base, **kw})
+
+
+def pair(tokenizer, tmp_path, method: Method):
+    """A plain GRPOTrainer and a CreditGRPOTrainer with identical config, seed and weights."""
+    data = Dataset.from_list(ROWS)
+    plain = GRPOTrainer(
+        model=build_tiny_model(ARCH, tokenizer, seed=0).train(),
+        reward_funcs=[digit_share],
+        args=grpo_config(settings(), tmp_path / "plain"),
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
+    ours = CreditGRPOTrainer(
+        model=build_tiny_model(ARCH, tokenizer, seed=0).train(),  # the same weights
+        reward_funcs=[digit_share],
+        args=grpo_config(settings(), tmp_path / "ours"),
+        train_dataset=data,
+        processing_class=tokenizer,
+        method=method,
+    )
+    return plain, ours
+
+
+def loss_and_grads(trainer, inputs):
+    trainer.current_gradient_accumulation_steps = 1  # set by HF's training loop
+    trainer.model.zero_grad()
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+
+
+class Broadcast(Method):
+    """GRPO's advantages written per token (B, T): must give TRL's loss and gradients."""
+
+    name = "broadcast"
+
+    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
+        return MethodOutput(batch.outcome_advantages[:, None] * batch.completion_mask)
+
+
+# --- GRPO equivalence ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", [GRPOMethod(), Broadcast()], ids=["grpo", "per_token"])
+def test_grpo_reproduces_trls_loss_and_gradients(tokenizer, tmp_path, method):
+    plain, ours = pair(tokenizer, tmp_path, method)
+    rows = [ROWS[0], ROWS[0], ROWS[1], ROWS[1]]  # TRL's layout: n = 2 copies of each prompt
+    torch.manual_seed(0)
+    want = plain._generate_and_score_completions([dict(r) for r in rows])
+    torch.manual_seed(0)
+    got = ours._generate_and_score_completions([dict(r) for r in rows])
+    assert torch.equal(got["completion_ids"], want["completion_ids"])
+    texts = tokenizer.batch_decode(want["completion_ids"], skip_special_tokens=True)
+    rewards = digit_share(texts)
+    assert len(set(rewards)) > 1  # the check below is not 0 == 0
+    torch.testing.assert_close(want["advantages"], outcome_advantages(rewards, 2))
+    if isinstance(method, GRPOMethod):
+        assert torch.equal(got["advantages"], want["advantages"])
+    else:
+        assert got["advantages"].shape == got["completion_ids"].shape
+    loss_want, grads_want = loss_and_grads(plain, want)
+    loss_got, grads_got = loss_and_grads(ours, got)
+    assert any(g.abs().sum() > 0 for g in grads_want.values())  # the check is not 0 == 0
+    torch.testing.assert_close(loss_got, loss_want, atol=1e-7, rtol=0)
+    for name, grad in grads_want.items():
+        torch.testing.assert_close(grads_got[name], grad, atol=1e-7, rtol=0)
+
+
+def test_grpo_training_step_gives_trls_parameters(tokenizer, tmp_path):
+    plain, ours = pair(tokenizer, tmp_path, GRPOMethod())
+    before = {n: p.detach().clone() for n, p in plain.model.named_parameters()}
+    set_seed(0)  # generation draws from the global RNG
+    plain.train()
+    set_seed(0)
+    ours.train()
+    changed = False
+    ours_params = dict(ours.model.named_parameters())
+    for name, p in plain.model.named_parameters():
+        torch.testing.assert_close(ours_params[name], p, atol=0, rtol=0)
+        changed |= not torch.equal(p, before[name])
+    assert changed
+
+
+# --- sampling hook (resets) ------------------------------------------------------------------
+
+
+class FakeTask:
+    """Records every text it grades; correct when the text has an even number of '1's."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.graded: list[str] = []
+
+    def grade(self, response: str, gold: str) -> Grade:
+        self.graded.append(response)
+        return Grade(response.count("1") % 2 == 0, None)
+
+
+class ResetProbe(Method):
+    """Group 1: n/2 fresh chains; Group 2: n/2 suffixes after the first chain's first 3 tokens."""
+
+    name = "reset_probe"
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.prefixes: list[list[int]] = []
+
+    def rollout(self, trainer, rows):
+        n = trainer.num_generations
+        prompt_ids, completion_ids, response_prefix, group = [], [], [], []
+        for g in range(len(rows) // n):
+            x = self.tokenizer(rows[g * n]["prompt"])["input_ids"]
+            fresh = trainer.sample([x] * (n // 2))
+            prefix = fresh[0][:3]
+            self.prefixes.append(prefix)
+            suffixes = trainer.sample([x + prefix] * (n // 2))
+            prompt_ids += [x] * (n // 2) + [x + prefix] * (n // 2)
+            completion_ids += fresh + suffixes
+            text = self.tokenizer.decode(prefix, skip_special_tokens=True)
+            response_prefix += [""] * (n // 2) + [text] * (n // 2)
+            group += [2 * g] * (n // 2) + [2 * g + 1] * (n // 2)
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "response_prefix": response_prefix,
+            "group": group,
+        }
+
+    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
+        return MethodOutput(per_group_advantages(batch.rewards, batch.groups))
+
+
+def test_a_method_can_build_groups_with_resets(tokenizer, tmp_path):
+    task = FakeTask()
+    probe = ResetProbe(tokenizer)
+    model = build_tiny_model(ARCH, tokenizer, seed=0).train()
+    trainer = CreditGRPOTrainer(
+        model=model,
+        reward_funcs=[correctness_reward(task)],
+        args=grpo_config(settings(num_generations=4), tmp_path),
+        train_dataset=Dataset.from_list(ROWS),
+        processing_class=tokenizer,
+        method=probe,
+    )
+    rows = [dict(ROWS[g]) for g in (0, 0, 0, 0, 1, 1, 1, 1)]  # one dict per row, as TRL's loader
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(rows)
+    completions = [
+        tokenizer.decode(c[m.bool()], skip_special_tokens=True)
+        for c, m in zip(out["completion_ids"], out["completion_mask"], strict=True)
+    ]
+    prefixes = [tokenizer.decode(p, skip_special_tokens=True) for p in probe.prefixes]
+    for i in range(8):
+        prompt = out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist()
+        reset = i % 4 >= 2
+        x = tokenizer(rows[i]["prompt"])["input_ids"]
+        # the prefix is part of the prompt: conditioned on, no loss
+        assert prompt == (x + probe.prefixes[i // 4] if reset else x)
+        # the reward grades prefix ⊕ suffix
+        assert task.graded[i] == (prefixes[i // 4] if reset else "") + completions[i]
+    rewards = torch.tensor([float(t.count("1") % 2 == 0) for t in task.graded])
+    groups = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    torch.testing.assert_close(out["advantages"], per_group_advantages(rewards, groups))
+
+
+# --- settings and checkpoints ------------------------------------------------------------------
+
+
+def test_settings_parse_nested_blocks_and_name_bad_keys():
+    s = TrainingSettings.from_dict(
+        {"method": "rredcot", "credit": {"mode": "mixed", "beta": 0.5}, "mc": {"n_rollouts": 4}}
+    )
+    assert s.credit.mode == "mixed" and s.credit.beta == 0.5 and s.mc.n_rollouts == 4
+    assert json.loads(json.dumps(s.to_dict()))["segmentation"]["strategy"] == "hybrid"
+    with pytest.raises(ValueError, match="unknown training key"):
+        TrainingSettings.from_dict({"lr": 1.0})
+    with pytest.raises(ValueError, match="training.method"):
+        TrainingSettings(method="ppo")
+    with pytest.raises(ValueError, match="training.num_generations"):
+        TrainingSettings(num_generations=1)
+    with pytest.raises(ValueError, match="unknown credit key"):
+        TrainingSettings.from_dict({"credit": {"gamma": 1.0}})
+
+
+def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
+    table = pl.DataFrame(
+        {
+            "id": ["a", "b", "c"],
+            "problem": ["x=1. Find x.", "y=2. Find y.", "z=3. Find z."],
+            "answer": ["1", "2", "3"],
+            "solution": ["s1", None, " "],
+        }
+    )
+    data, left_out = training_rows(table, get_task("synthetic"), tokenizer, settings())
+    assert left_out == ["b", "c"]
+    assert data.to_list() == [
+        {"prompt": "x=1. Find x.\n", "answer": "1", "reference": "s1", "problem_id": "a"}
+    ]
+    with pytest.raises(ValueError, match="lacks column"):
+        training_rows(table.drop("answer"), get_task("synthetic"), tokenizer, settings())
+    blank = table.with_columns(pl.Series("answer", ["1", "", "3"]))
+    with pytest.raises(ValueError, match="row 'b': 'answer'"):
+        training_rows(blank, get_task("synthetic"), tokenizer, settings())
+
+
+def test_resume_point_skips_and_removes_incomplete_checkpoints(tmp_path):
+    for step, complete in ((2, True), (4, True), (6, False)):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    assert resume_point(tmp_path) == tmp_path / "checkpoint-4"
+    assert not (tmp_path / "checkpoint-6").exists()
+    assert resume_point(tmp_path / "absent") is None
+
+
+# --- tiny-model runs (slow) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, tokenizer):
+    """A tiny policy that writes the synthetic format (mod-2 world: about half its answers are
+    right, so groups have reward spread), and its train table."""
+    out = tmp_path_factory.mktemp("base")
+    world = WorldConfig(modulus=2)
+    table = generate_split(64, [2], 5, "train", world)
+    task = get_task("synthetic")
+    examples = [
+        {"prompt": task.build_prompt(r["problem"]), "completion": task.reference_completion(r)}
+        for r in table.iter_rows(named=True)
+    ]
+    arch = {**ARCH, "hidden_size": 64, "head_dim": 32, "num_hidden_layers": 2}
+    model = build_tiny_model(arch, tokenizer, seed=0)
+    sft = SFTSettings(max_steps=120, batch_size=32, learning_rate=5e-3, max_length=96)
+    run_sft(model, tokenizer, examples, sft, out)
+    write_parquet(table, out / "train.parquet")
+    return out, table
+
+
+def run_settings(method: str, **kw) -> TrainingSettings:
+    base_kw = {
+        "method": method,
+        "prompts_per_step": 2,
+        "num_generations": 4,
+        "max_completion_length": 40,
+        "max_steps": 2,
+        "save_steps": 2,
+        "learning_rate": 1e-3,
+        "segmentation": {"num_segments": 2},
+        "mc": {"n_rollouts": 2, "budget": 24},
+    }
+    return TrainingSettings.from_dict({**base_kw, **kw})
+
+
+def metrics_rows(out: Path) -> list[dict[str, str]]:
+    with (out / "metrics.csv").open() as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["grpo", "rredcot", "mc"])
+def test_a_short_run_changes_the_policy(base, tmp_path, method):
+    path, table = base
+    model = load_model(path)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    summary = train_policy(model, load_tokenizer(path), table, run_settings(method), tmp_path)
+    assert summary["steps"] == 2
+    rows = metrics_rows(tmp_path)
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    assert set(CSV_COLUMNS) <= set(rows[0])
+    for r in rows:
+        assert all(map(torch.isfinite, torch.tensor([float(r["loss/policy"])])))
+        assert float(r["time/step_seconds"]) > 0
+    if method != "grpo":
+        assert all(float(r["credit/forward_tokens"]) > 0 for r in rows)
+    final = load_model(tmp_path / "final")
+    changed = [n for n, p in final.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, f"{method}: no parameter changed (rewards {[r['reward/mean'] for r in rows]})"
+
+
+class StopAt(TrainerCallback):
+    """Interrupts training (like Ctrl-C) once `step` optimizer steps are done."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_and_finishes(base, tmp_path):
+    path, table = base
+    settings_ = run_settings("rredcot", max_steps=5, save_steps=2)
+    with pytest.raises(KeyboardInterrupt):
+        train_policy(
+            load_model(path), load_tokenizer(path), table, settings_, tmp_path, [StopAt(3)]
+        )
+    assert resume_point(tmp_path) == tmp_path / "checkpoint-2"
+    assert not (tmp_path / "final").exists()
+    summary = train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 5
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2, 3, 4, 5]
+    assert (tmp_path / "final" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_and_keeps_the_last_good_checkpoint(base, tmp_path, monkeypatch):
+    path, table = base
+    compute = CreditGRPOTrainer._compute_loss
+
+    def poisoned(self, model, inputs):
+        loss = compute(self, model, inputs)
+        return loss * float("nan") if self.state.global_step == 2 else loss
+
+    monkeypatch.setattr(CreditGRPOTrainer, "_compute_loss", poisoned)
+    settings_ = run_settings("grpo", max_steps=4, save_steps=2)
+    with pytest.raises(NonFiniteLossError, match="at optimizer step 3"):
+        train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert resume_point(tmp_path) == tmp_path / "checkpoint-2"
+    assert not (tmp_path / "final").exists()
+    kept = load_model(tmp_path / "checkpoint-2")
+    assert all(torch.isfinite(p).all() for p in kept.parameters())
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2]
+
+
+@pytest.mark.slow
+def test_the_step_script_resumes_after_a_kill(base, tmp_path):
+    path, _ = base
+    out = tmp_path / "run"
+    params = run_settings("grpo", max_steps=30, save_steps=2).to_dict()
+    cmd = [
+        sys.executable,
+        "-m",
+        "rredcot.steps.train_policy",
+        "--model",
+        str(path),
+        "--train",
+        str(path / "train.parquet"),
+        "--out",
+        str(out),
+        "--params",
+        json.dumps(params),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not complete_checkpoints(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "final").exists(), "the run finished before it could be killed"
+    first = resume_point(out)
+    assert first is not None
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["resumed_from_step"] >= int(first.name.split("-")[1])
+    assert summary["steps"] == 30
+    assert [int(r["step"]) for r in metrics_rows(out)] == list(range(1, 31))

@@ -1,0 +1,328 @@
+# Estimator studies on the base policy (METHOD.md §5): traces, MC ground truth, estimators, and
+# the five artifacts (agreement, correlation, sweep, truncation, localization) with figures.
+
+STUDIES = config["studies"]
+STUDY_SETTINGS = {
+    "task": "synthetic",
+    "seed": config["seed"],
+    "backend": config["evaluation"]["backend"],
+    "dtype": config["model"]["dtype"],
+}
+STUDY_TRACES = "results/studies/traces.parquet"
+STUDY_SEGMENTATIONS = "results/studies/segmentations.parquet"
+STUDY_GROUND_TRUTH = "results/studies/ground_truth_rollouts.parquet"
+STUDY_ESTIMATES = [
+    "results/studies/estimates_mc.parquet",
+    "results/studies/estimates_scored.parquet",
+]
+STUDY_ANALYSIS = {
+    "seed": config["seed"],
+    "bootstrap_resamples": STUDIES["bootstrap_resamples"],
+}
+
+
+rule study_traces:
+    input:
+        **BASE_POLICY_INPUT,
+        problems=f"results/references/{STUDIES['split']}.parquet",
+    output:
+        traces=STUDY_TRACES,
+        segmentations=STUDY_SEGMENTATIONS,
+    log:
+        "results/logs/studies/study_traces.log",
+    benchmark:
+        "results/benchmarks/studies/study_traces.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_traces", "cpus_per_task")
+    resources:
+        mem_mb=res("study_traces", "mem_mb"),
+        runtime=res("study_traces", "runtime"),
+        gpu=res("study_traces", "gpu"),
+    params:
+        policy=lambda w: BASE_POLICY,
+        settings=arg(
+            {
+                **STUDY_SETTINGS,
+                "studies": STUDIES,
+                "segmentation": config["segmentation"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.study_traces --policy {params.policy} "
+        "--problems {input.problems} --params {params.settings} --threads {threads} "
+        "--out {output.traces} --segmentations {output.segmentations} > {log} 2>&1"
+
+
+rule study_ground_truth:
+    input:
+        **BASE_POLICY_INPUT,
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+    output:
+        rollouts=STUDY_GROUND_TRUTH,
+    log:
+        "results/logs/studies/study_ground_truth.log",
+    benchmark:
+        "results/benchmarks/studies/study_ground_truth.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_ground_truth", "cpus_per_task")
+    resources:
+        mem_mb=res("study_ground_truth", "mem_mb"),
+        runtime=res("study_ground_truth", "runtime"),
+        gpu=res("study_ground_truth", "gpu"),
+    params:
+        policy=lambda w: BASE_POLICY,
+        settings=arg(
+            {**STUDY_SETTINGS, "studies": STUDIES, "mc": config["estimator"]["mc"]}
+        ),
+    shell:
+        "python -m rredcot.steps.study_ground_truth --policy {params.policy} "
+        "--traces {input.traces} --segmentations {input.segmentations} "
+        "--params {params.settings} --threads {threads} --out {output.rollouts} > {log} 2>&1"
+
+
+rule study_mc:
+    input:
+        **BASE_POLICY_INPUT,
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+    output:
+        estimates=STUDY_ESTIMATES[0],
+    log:
+        "results/logs/studies/study_mc.log",
+    benchmark:
+        "results/benchmarks/studies/study_mc.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_mc", "cpus_per_task")
+    resources:
+        mem_mb=res("study_mc", "mem_mb"),
+        runtime=res("study_mc", "runtime"),
+        gpu=res("study_mc", "gpu"),
+    params:
+        policy=lambda w: BASE_POLICY,
+        settings=arg(
+            {**STUDY_SETTINGS, "studies": STUDIES, "mc": config["estimator"]["mc"]}
+        ),
+    shell:
+        "python -m rredcot.steps.study_mc --policy {params.policy} "
+        "--traces {input.traces} --segmentations {input.segmentations} "
+        "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
+
+
+rule study_scored:
+    input:
+        **BASE_POLICY_INPUT,
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+    output:
+        estimates=STUDY_ESTIMATES[1],
+    log:
+        "results/logs/studies/study_scored.log",
+    benchmark:
+        "results/benchmarks/studies/study_scored.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_scored", "cpus_per_task")
+    resources:
+        mem_mb=res("study_scored", "mem_mb"),
+        runtime=res("study_scored", "runtime"),
+        gpu=res("study_scored", "gpu"),
+    params:
+        policy=lambda w: BASE_POLICY,
+        settings=arg(
+            {
+                **STUDY_SETTINGS,
+                "rredcot": config["estimator"]["rredcot"],
+                "attribution": config["estimator"]["attribution"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.study_scored --policy {params.policy} "
+        "--traces {input.traces} --segmentations {input.segmentations} "
+        "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
+
+
+rule study_agreement:
+    input:
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+        ground_truth=rules.study_ground_truth.output.rollouts,
+        estimates=STUDY_ESTIMATES,
+    output:
+        table=report(
+            "results/estimator_agreement.csv",
+            caption="../report/estimator_agreement.rst",
+            category="Estimator studies",
+        ),
+        figure=report(
+            "results/figures/estimator_agreement.png",
+            caption="../report/estimator_agreement.rst",
+            category="Estimator studies",
+        ),
+    log:
+        "results/logs/studies/study_agreement.log",
+    benchmark:
+        "results/benchmarks/studies/study_agreement.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=res("study_agreement", "mem_mb"),
+        runtime=res("study_agreement", "runtime"),
+    params:
+        settings=arg(STUDY_ANALYSIS),
+    shell:
+        "python -m rredcot.steps.study_agreement --traces {input.traces} "
+        "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
+        "--estimates {input.estimates} --params {params.settings} "
+        "--out {output.table} --figure {output.figure} > {log} 2>&1"
+
+
+rule study_correlation:
+    input:
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+        ground_truth=rules.study_ground_truth.output.rollouts,
+        estimates=STUDY_ESTIMATES,
+    output:
+        table=report(
+            "results/attribution_correlation.csv",
+            caption="../report/attribution_correlation.rst",
+            category="Estimator studies",
+        ),
+        figure=report(
+            "results/figures/attribution_correlation.png",
+            caption="../report/attribution_correlation.rst",
+            category="Estimator studies",
+        ),
+    log:
+        "results/logs/studies/study_correlation.log",
+    benchmark:
+        "results/benchmarks/studies/study_correlation.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=res("study_correlation", "mem_mb"),
+        runtime=res("study_correlation", "runtime"),
+    params:
+        settings=arg(STUDY_ANALYSIS),
+    shell:
+        "python -m rredcot.steps.study_correlation --traces {input.traces} "
+        "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
+        "--estimates {input.estimates} --params {params.settings} "
+        "--out {output.table} --figure {output.figure} > {log} 2>&1"
+
+
+rule study_localization:
+    input:
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+        ground_truth=rules.study_ground_truth.output.rollouts,
+        estimates=STUDY_ESTIMATES,
+    output:
+        table=report(
+            "results/error_localization.csv",
+            caption="../report/error_localization.rst",
+            category="Estimator studies",
+        ),
+        figure=report(
+            "results/figures/error_localization.png",
+            caption="../report/error_localization.rst",
+            category="Estimator studies",
+        ),
+    log:
+        "results/logs/studies/study_localization.log",
+    benchmark:
+        "results/benchmarks/studies/study_localization.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=res("study_localization", "mem_mb"),
+        runtime=res("study_localization", "runtime"),
+    params:
+        settings=arg(STUDY_ANALYSIS),
+    shell:
+        "python -m rredcot.steps.study_localization --traces {input.traces} "
+        "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
+        "--estimates {input.estimates} --params {params.settings} "
+        "--out {output.table} --figure {output.figure} > {log} 2>&1"
+
+
+rule study_truncation:
+    input:
+        segmentations=rules.study_traces.output.segmentations,
+        ground_truth=rules.study_ground_truth.output.rollouts,
+    output:
+        table=report(
+            "results/mc_truncation.csv",
+            caption="../report/mc_truncation.rst",
+            category="Estimator studies",
+        ),
+        figure=report(
+            "results/figures/mc_truncation.png",
+            caption="../report/mc_truncation.rst",
+            category="Estimator studies",
+        ),
+    log:
+        "results/logs/studies/study_truncation.log",
+    benchmark:
+        "results/benchmarks/studies/study_truncation.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=res("study_truncation", "mem_mb"),
+        runtime=res("study_truncation", "runtime"),
+    params:
+        settings=arg(
+            {**STUDY_ANALYSIS, "truncation_budgets": STUDIES["truncation_budgets"]}
+        ),
+    shell:
+        "python -m rredcot.steps.study_truncation --segmentations {input.segmentations} "
+        "--ground-truth {input.ground_truth} --params {params.settings} "
+        "--out {output.table} --figure {output.figure} > {log} 2>&1"
+
+
+rule study_sweep:
+    input:
+        **BASE_POLICY_INPUT,
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+        ground_truth=rules.study_ground_truth.output.rollouts,
+    output:
+        table=report(
+            "results/segmentation_sweep.csv",
+            caption="../report/segmentation_sweep.rst",
+            category="Estimator studies",
+        ),
+        figure=report(
+            "results/figures/segmentation_sweep.png",
+            caption="../report/segmentation_sweep.rst",
+            category="Estimator studies",
+        ),
+    log:
+        "results/logs/studies/study_sweep.log",
+    benchmark:
+        "results/benchmarks/studies/study_sweep.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_sweep", "cpus_per_task")
+    resources:
+        mem_mb=res("study_sweep", "mem_mb"),
+        runtime=res("study_sweep", "runtime"),
+        gpu=res("study_sweep", "gpu"),
+    params:
+        policy=lambda w: BASE_POLICY,
+        settings=arg(
+            {
+                **STUDY_SETTINGS,
+                **STUDY_ANALYSIS,
+                "rredcot": config["estimator"]["rredcot"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.study_sweep --policy {params.policy} "
+        "--traces {input.traces} --segmentations {input.segmentations} "
+        "--ground-truth {input.ground_truth} --params {params.settings} --threads {threads} "
+        "--out {output.table} --figure {output.figure} > {log} 2>&1"

@@ -206,12 +206,14 @@ def test_rredcot_sigma_is_the_estimators_and_fills_its_segments(model, tokenizer
 def test_rredcot_scores_identical_responses_once(model, tokenizer):
     m = method("rredcot", tokenizer)
     twice = [RESPONSES[0], RESPONSES[0], RESPONSES[2], RESPONSES[3]]
-    sigmas, _, tokens, metrics = m.sigmas(make_batch(tokenizer, responses=twice), model)
+    batch = make_batch(tokenizer, responses=twice)
+    sigmas, _, tokens, metrics = m.sigmas(batch, model)
     assert metrics["credit/scored_fraction"] == 3 / 4
     torch.testing.assert_close(sigmas[0], sigmas[1])
     alone, _, alone_tokens, _ = m.sigmas(make_batch(tokenizer, responses=twice[1:]), model)
     torch.testing.assert_close(sigmas[1:], alone, atol=1e-6, rtol=1e-6)
-    assert tokens == alone_tokens
+    # the duplicate costs its segmentation pass only, no scoring
+    assert tokens - alone_tokens == int(batch.prompt_mask[0].sum() + batch.completion_mask[0].sum())
 
 
 def test_rredcot_mixed_with_beta_zero_is_grpo(model, tokenizer):

@@ -19,13 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from rredcot.credit.mc import mc_state_values
+from rredcot.credit.mc import TRUNCATION, mc_state_values
 from rredcot.data.synthetic import Program, Step
 from rredcot.generation import Completion, SamplingParams
 from rredcot.generation.hf import HFBackend
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.reporting import figures
 from rredcot.segmentation import SegmentationConfig
+from rredcot.studies import rollouts as rollouts_module
 from rredcot.studies.agreement import (
     agreement_table,
     correlation_matrix,
@@ -277,6 +278,10 @@ def test_state_values_subsets_of_rollouts() -> None:
         state_values(ROLLOUTS, n=5)
     with pytest.raises(ValueError, match="truncation"):
         state_values(ROLLOUTS, truncation="keep")
+
+
+def test_truncation_modes_match_the_mc_module() -> None:
+    assert rollouts_module.TRUNCATION == TRUNCATION
 
 
 def test_sigma_from_values_ends_with_the_reward() -> None:

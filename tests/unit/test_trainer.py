@@ -281,7 +281,13 @@ def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
     data, left_out = training_rows(table, get_task("synthetic"), tokenizer, settings())
     assert left_out == ["b", "c"]
     assert data.to_list() == [
-        {"prompt": "x=1. Find x.\n", "answer": "1", "reference": "s1", "problem_id": "a"}
+        {
+            "prompt": "x=1. Find x.\n",
+            "problem": "x=1. Find x.",
+            "answer": "1",
+            "reference": "s1",
+            "problem_id": "a",
+        }
     ]
     with pytest.raises(ValueError, match="lacks column"):
         training_rows(table.drop("answer"), get_task("synthetic"), tokenizer, settings())

@@ -137,6 +137,7 @@ rule study_scored:
                 **STUDY_SETTINGS,
                 "rredcot": config["estimator"]["rredcot"],
                 "attribution": config["estimator"]["attribution"],
+                "score_batch_traces": STUDIES["score_batch_traces"],
             }
         ),
     shell:
@@ -319,6 +320,7 @@ rule study_sweep:
                 **STUDY_SETTINGS,
                 **STUDY_ANALYSIS,
                 "rredcot": config["estimator"]["rredcot"],
+                "score_batch_traces": STUDIES["score_batch_traces"],
             }
         ),
     shell:

@@ -34,3 +34,58 @@ rule benchmark_table:
     shell:
         "python -m rredcot.steps.benchmark_table --grades {input.grades} "
         "--problems {input.problems} --params {params.settings} --out {output.table} > {log} 2>&1"
+
+
+rule main_table:
+    input:
+        tables=expand("results/{benchmark}_table.csv", benchmark=config["benchmarks"]),
+    output:
+        table=report(
+            "results/main_table.csv",
+            caption="../report/main_table.rst",
+            category="Benchmarks",
+        ),
+    log:
+        "results/logs/main_table.log",
+    benchmark:
+        "results/benchmarks/main_table.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=res("main_table", "mem_mb"),
+        runtime=res("main_table", "runtime"),
+    shell:
+        "python -m rredcot.steps.main_table --tables {input.tables} --out {output.table} > {log} 2>&1"
+
+
+rule training_report:
+    input:
+        summaries=training_summaries,
+    output:
+        curves=report(
+            "results/training_curves.csv",
+            caption="../report/training_curves.rst",
+            category="Training",
+        ),
+        figure=report(
+            "results/figures/training_curves.png",
+            caption="../report/training_curves.rst",
+            category="Training",
+        ),
+        cost=report(
+            "results/compute_cost.csv",
+            caption="../report/compute_cost.rst",
+            category="Training",
+        ),
+    log:
+        "results/logs/training_report.log",
+    benchmark:
+        "results/benchmarks/training_report.tsv"
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=res("training_report", "mem_mb"),
+        runtime=res("training_report", "runtime"),
+    shell:
+        "python -m rredcot.steps.training_report --summaries {input.summaries} "
+        "--curves {output.curves} --figure {output.figure} --cost {output.cost} > {log} 2>&1"

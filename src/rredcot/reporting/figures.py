@@ -149,7 +149,9 @@ def estimator_agreement_figure(
             )
         ax.set_xlabel(xlabel)
     axes[0].set_ylabel("Spearman ρ with MC ground truth\n(mean over traces, 95% CI)")
-    axes[0].set_ylim(-1.05, 1.05)
+    lows = table["ci95_low"].cast(pl.Float64).drop_nans().drop_nulls()
+    bottom = min(-0.25, float(lows.min()) - 0.05) if lows.len() else -1.05
+    axes[0].set_ylim(max(bottom, -1.05), 1.05)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(
         handles,
@@ -204,11 +206,12 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     strategies = table["strategy"].unique(maintain_order=True).to_list()
     palette = dict(zip(strategies, sns.color_palette("colorblind", len(strategies)), strict=True))
     top1 = f"top1_{estimator}"
-    for s in strategies:
+    for i, s in enumerate(strategies):
         rows = table.filter(pl.col("strategy") == s).sort("requested_segments")
         k = rows["requested_segments"].to_numpy()
+        dodge = 0.06 * (i - (len(strategies) - 1) / 2)  # keep the CIs apart
         left.errorbar(
-            k,
+            k + dodge,
             rows["spearman_mean"].to_numpy(),
             yerr=_err(rows, "spearman_mean", "ci95_low", "ci95_high"),
             marker="o",

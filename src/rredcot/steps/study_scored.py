@@ -25,7 +25,9 @@ def main() -> None:
     args = p.parse_args()
     setup(args.threads)
     prm = args.params
-    task_name, seed, rredcot, attribution = require(prm, "task", "seed", "rredcot", "attribution")
+    task_name, seed, rredcot, attribution, batch = require(
+        prm, "task", "seed", "rredcot", "attribution", "score_batch_traces"
+    )
     seed_everything(seed)
     task = get_task(task_name)
     traces, segmentations = read_study_inputs(args.traces, args.segmentations)
@@ -34,7 +36,14 @@ def main() -> None:
         model, tokenizer = load_policy(args.policy, prm.get("dtype", "float32"))
         base = RREDCoTConfig.from_dict(rredcot)
         scored = rredcot_estimates(
-            model, tokenizer, task, traces, main_seg, list(VALUE_VARIANTS), base
+            model,
+            tokenizer,
+            task,
+            traces,
+            main_seg,
+            list(VALUE_VARIANTS),
+            base,
+            batch_traces=batch,
         )
         attr = attribution_estimates(
             model,

@@ -30,8 +30,8 @@ def main() -> None:
     args = p.parse_args()
     setup(args.threads)
     prm = args.params
-    task_name, seed, rredcot, resamples = require(
-        prm, "task", "seed", "rredcot", "bootstrap_resamples"
+    task_name, seed, rredcot, resamples, batch = require(
+        prm, "task", "seed", "rredcot", "bootstrap_resamples", "score_batch_traces"
     )
     seed_everything(seed)
     task = get_task(task_name)
@@ -44,7 +44,9 @@ def main() -> None:
         estimates = []
         for label in sweep["segmentation"].unique(maintain_order=True).to_list():
             cell = sweep.filter(pl.col("segmentation") == label)
-            est = rredcot_estimates(model, tokenizer, task, traces, cell, [config.value], config)
+            est = rredcot_estimates(
+                model, tokenizer, task, traces, cell, [config.value], config, batch_traces=batch
+            )
             estimates.append(est.with_columns(segmentation=pl.lit(label)))
         gt = ground_truth_sigmas(traces, sweep, pl.read_parquet(args.ground_truth))
         table = sweep_table(

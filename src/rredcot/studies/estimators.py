@@ -143,10 +143,11 @@ def rredcot_estimates(
     config: Any,
     *,
     estimator_names: Sequence[str] | None = None,
-    batch_traces: int = 16,
+    batch_traces: int = 1,
 ) -> pl.DataFrame:
-    """σ of RREDCoT with each value variant (config's other settings), batched `batch_traces`
-    traces per `rredcot_credit_batch` call. Traces without a reference get no row."""
+    """σ of RREDCoT with each value variant (config's other settings), `batch_traces` traces
+    per `rredcot_credit_batch` call (1: the padding of a batch costs more than it saves on the
+    CPU). Traces without a reference get no row."""
     from rredcot.credit.rredcot import Trace, rredcot_credit_batch
 
     names = (

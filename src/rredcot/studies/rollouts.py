@@ -37,8 +37,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rredcot.credit.mc import TRUNCATION
 from rredcot.generation.base import GenerationBackend, SamplingParams
+
+# rredcot.credit.mc.TRUNCATION, repeated so that the analysis steps need not import torch.
+TRUNCATION: tuple[str, ...] = ("drop", "zero")
 
 ROLLOUT_SCHEMA: dict[str, pl.DataType] = {
     "trace_index": pl.Int64(),

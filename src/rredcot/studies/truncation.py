@@ -19,9 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from rredcot.credit.mc import TRUNCATION
 from rredcot.studies.metrics import bootstrap_mean_ci
-from rredcot.studies.rollouts import state_values
+from rredcot.studies.rollouts import TRUNCATION, state_values
 
 
 def truncation_table(

@@ -39,7 +39,7 @@ from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
-from rredcot.training.methods import METHODS, Method, build_method
+from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class TrainingSettings:
     """
 
     method: str = "grpo"
-    """One of `METHODS`: grpo | rredcot | mc."""
+    """One of `METHODS`: grpo | rredcot | mc | rrpo | srpo."""
     seed: int = 0
     """Seed of data order, sampling and the MC rollouts."""
     task: str = "synthetic"
@@ -146,6 +146,9 @@ class TrainingSettings:
     """RREDCoT estimator (§3)."""
     mc: MCConfig = field(default_factory=MCConfig)
     """MC rollouts (§5)."""
+    resets: ResetConfig = field(default_factory=ResetConfig)
+    """RRPO/SRPO group sampling and self-localization (§6); they need loss_type grpo, kl_beta 0
+    and an even num_generations (split 1×(n/2))."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -185,6 +188,12 @@ class TrainingSettings:
                     f"training.{name}: {getattr(self, name)!r} is not allowed; choose one of "
                     f"{list(allowed)}"
                 )
+        resets = self.method in ("rrpo", "srpo")  # their loss is TRL's under these settings
+        if resets and (self.loss_type != "grpo" or self.kl_beta != 0 or self.num_generations % 2):
+            raise ValueError(
+                f"training: method {self.method!r} needs loss_type 'grpo', kl_beta 0 and an even "
+                f"num_generations; got {self.loss_type!r}, {self.kl_beta}, {self.num_generations}"
+            )
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> TrainingSettings:
@@ -199,6 +208,7 @@ class TrainingSettings:
             "credit": CreditConfig,
             "rredcot": RREDCoTConfig,
             "mc": MCConfig,
+            "resets": ResetConfig,
         }
         for name, block in blocks.items():
             if name in values and not isinstance(values[name], block):
@@ -253,7 +263,7 @@ def grpo_config(settings: TrainingSettings, output_dir: str | Path) -> GRPOConfi
 def training_rows(
     table: pl.DataFrame, task: Task, tokenizer: PreTrainedTokenizerBase, settings: TrainingSettings
 ) -> tuple[Dataset, list[str]]:
-    """Dataset rows `prompt` (task.build_prompt), `answer`, `reference`, `problem_id`.
+    """Dataset rows `prompt` (task.build_prompt), `problem`, `answer`, `reference`, `problem_id`.
 
     A problem without a reference (null or blank in `reference_column`, as the reference-solution
     step leaves problems it could not verify) is left out for every method, so all methods train
@@ -279,6 +289,7 @@ def training_rows(
         rows.append(
             {
                 "prompt": task.build_prompt(row["problem"], tokenizer),
+                "problem": row["problem"],
                 "answer": row["answer"],
                 "reference": row[ref],
                 "problem_id": row["id"],
@@ -387,6 +398,7 @@ def build_trainer(
             rredcot=settings.rredcot,
             mc=settings.mc,
             mc_batch_size=settings.mc_batch_size,
+            resets=settings.resets,
         )
     return CreditGRPOTrainer(
         model=model,

@@ -3,9 +3,12 @@
     grpo     outcome advantage A_i on every token (TRL's GRPO)            methods/grpo.py
     rredcot  RREDCoT σ_{i,k} per segment → token advantages               methods/rredcot.py
     mc       VinePPO-style Monte Carlo σ_k = V̂(s_k) − V̂(s_{k−1})         methods/mc.py
+    rrpo     resets at a uniform random step of a failed chain              methods/rrpo.py
+    srpo     resets where the policy localizes its own first error          methods/srpo.py
+             (rrpo and srpo sample their own groups: methods/resets.py)
 
-A new method (e.g. `rrpo`, `srpo`: own group sampling through `Method.rollout`) is a subclass of
-`Method` in its own file plus one entry in `METHODS` and one branch in `build_method`.
+A new method is a subclass of `Method` in its own file plus one entry in `METHODS` and one
+branch in `build_method`.
 """
 
 from __future__ import annotations
@@ -26,12 +29,17 @@ from rredcot.training.methods.base import (
 )
 from rredcot.training.methods.grpo import GRPOMethod
 from rredcot.training.methods.mc import MCMethod
+from rredcot.training.methods.resets import ResetConfig
 from rredcot.training.methods.rredcot import RREDCoTMethod
+from rredcot.training.methods.rrpo import RRPOMethod
+from rredcot.training.methods.srpo import SRPOMethod
 
 METHODS: dict[str, type[Method]] = {
     "grpo": GRPOMethod,
     "rredcot": RREDCoTMethod,
     "mc": MCMethod,
+    "rrpo": RRPOMethod,
+    "srpo": SRPOMethod,
 }
 
 
@@ -46,6 +54,7 @@ def build_method(
     rredcot: RREDCoTConfig | None = None,
     mc: MCConfig | None = None,
     mc_batch_size: int = 64,
+    resets: ResetConfig | None = None,
 ) -> Method:
     """The method called `name` with its settings (the blocks it does not use are ignored)."""
     if name not in METHODS:
@@ -60,6 +69,9 @@ def build_method(
         return RREDCoTMethod(
             task, tokenizer, list(eos_ids), segmentation, rredcot or RREDCoTConfig(), credit
         )
+    if name in ("rrpo", "srpo"):
+        reset_method = RRPOMethod if name == "rrpo" else SRPOMethod
+        return reset_method(task, tokenizer, list(eos_ids), segmentation, resets or ResetConfig())
     return MCMethod(
         task, tokenizer, list(eos_ids), segmentation, mc or MCConfig(), credit, mc_batch_size
     )
@@ -72,7 +84,10 @@ __all__ = [
     "Method",
     "MethodOutput",
     "RREDCoTMethod",
+    "RRPOMethod",
+    "ResetConfig",
     "RolloutBatch",
+    "SRPOMethod",
     "SegmentedCompletion",
     "build_method",
     "segment_completions",

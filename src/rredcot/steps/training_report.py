@@ -1,0 +1,40 @@
+"""Rule `training_report`: training curves (CSV + figure) and compute cost per method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rredcot.reporting.training import compute_cost, plot_training_curves, training_curves
+from rredcot.steps.cli import log, parser, setup
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument(
+        "--summaries",
+        required=True,
+        nargs="+",
+        type=Path,
+        help="train_summary.json of every run (metrics.csv lies beside it)",
+    )
+    p.add_argument("--curves", required=True, type=Path)
+    p.add_argument("--figure", required=True, type=Path)
+    p.add_argument("--cost", required=True, type=Path)
+    args = p.parse_args()
+    setup()
+    runs = []
+    for path in args.summaries:
+        settings = json.loads(path.read_text())["settings"]
+        runs.append((settings["method"], int(settings["seed"]), path.parent / "metrics.csv"))
+    curves = training_curves(runs)
+    args.curves.parent.mkdir(parents=True, exist_ok=True)
+    curves.write_csv(args.curves)
+    plot_training_curves(curves, args.figure)
+    cost = compute_cost(curves)
+    cost.write_csv(args.cost)
+    log.info("compute cost per step:\n%s", cost)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+# RL training: one run per (method, seed) from the base policy, on the train split's problems.
+
+
+rule train_policy:
+    input:
+        model="results/models/base",
+        train=training_problems,
+    output:
+        final=directory("results/train/{method}/seed{seed}/final"),
+        summary="results/train/{method}/seed{seed}/train_summary.json",
+    log:
+        "results/logs/train_policy/{method}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/train_policy/{method}/seed{seed}.tsv"
+    conda:
+        CONDA_ENV
+    wildcard_constraints:
+        method="|".join(TRAINING_METHODS),
+    params:
+        settings=lambda w: arg(training_settings(w.method, int(w.seed))),
+        run_dir=lambda w, output: str(Path(output.summary).parent),
+    threads: res("train_policy", "cpus_per_task")
+    resources:
+        mem_mb=res("train_policy", "mem_mb"),
+        runtime=res("train_policy", "runtime"),
+        gpu=res("train_policy", "gpu"),
+    shell:
+        "python -m rredcot.steps.train_policy --model {input.model} --train {input.train} "
+        "--params {params.settings} --threads {threads} --out {params.run_dir} > {log} 2>&1"

@@ -1,5 +1,6 @@
 # rredcot: RREDCoT (arXiv:2606.06475) with RRPO/SRPO baselines (arXiv:2605.25507), end to end.
-# Table of contents: data -> base model -> evaluation -> tables. See README.md for the artifacts.
+# Table of contents: data -> base model -> references -> estimator studies -> RL training ->
+# evaluation -> tables. See README.md for the artifacts.
 
 
 from snakemake.utils import min_version
@@ -18,6 +19,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/references.smk"
 include: "workflow/rules/studies.smk"
+include: "workflow/rules/training.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/tables.smk"
 

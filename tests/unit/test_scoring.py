@@ -26,7 +26,7 @@ from rredcot.scoring import (
     sequence_logprob_naive,
     token_logprobs,
 )
-from rredcot.scoring.packed import _plan_passes, _Row, _split_continuations
+from rredcot.scoring.packed import _plan_passes, _Row
 
 ARCH = {
     "hidden_size": 64,

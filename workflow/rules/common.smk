@@ -28,6 +28,7 @@ validate(config, SCHEMA)
 CONDA_ENV = "../../envs/rredcot.yaml"
 WORLD_SPLITS = list(config["world"]["splits"])
 BASE_METHOD = "base"
+TRAINING_METHODS = list(config["training"]["methods"])
 
 
 wildcard_constraints:
@@ -80,13 +81,17 @@ def policy_input(wildcards):
     """The checkpoint a (method, seed) is evaluated with, when the workflow builds it."""
     if wildcards.method == BASE_METHOD:
         return {"model": "results/models/base"} if uses_tiny_model() else {}
-    raise ValueError(f"unknown method '{wildcards.method}'; known: {[BASE_METHOD]}")
+    if wildcards.method in TRAINING_METHODS:
+        return {"model": f"results/train/{wildcards.method}/seed{wildcards.seed}/final"}
+    raise ValueError(
+        f"unknown method '{wildcards.method}'; known: {[BASE_METHOD, *TRAINING_METHODS]}"
+    )
 
 
 def policy_path(wildcards) -> str:
     if wildcards.method == BASE_METHOD and not uses_tiny_model():
         return config["model"]["name_or_path"]
-    return "results/models/base"
+    return policy_input(wildcards)["model"]
 
 
 def eval_settings(benchmark: str) -> dict:
@@ -97,8 +102,46 @@ def eval_settings(benchmark: str) -> dict:
 
 
 def methods_and_seeds() -> list[tuple[str, int]]:
-    """Every (method, seed) that gets a row in the benchmark tables."""
-    return [(BASE_METHOD, config["seed"])]
+    """Every (method, seed) that gets a row in the benchmark tables: the base, then RL runs."""
+    runs = [(m, s) for m in TRAINING_METHODS for s in config["training"]["seeds"]]
+    return [(BASE_METHOD, config["seed"]), *runs]
+
+
+def training_settings(method: str, seed: int) -> dict:
+    """The `--params` of one RL run: config `training` with the method's overrides, plus the
+    shared segmentation and estimator blocks (so studies and training use one definition).
+    """
+    tr = config["training"]
+    settings = {
+        k: v for k, v in tr.items() if k not in ("methods", "seeds", "per_method", "mc")
+    }
+    if method in ("rrpo", "srpo"):
+        # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
+        settings.update(loss_type="grpo", kl_beta=0.0)
+    settings.update(tr["per_method"].get(method, {}))
+    settings.update(
+        method=method,
+        seed=seed,
+        task="synthetic",
+        reference_column="reference",
+        segmentation=config["segmentation"],
+        rredcot=config["estimator"]["rredcot"],
+        mc={**config["estimator"]["mc"], **tr["mc"]},
+    )
+    return settings
+
+
+def training_problems(wildcards) -> str:
+    """Train problems with their verified reference solution (column `reference`)."""
+    return "results/references/train.parquet"
+
+
+def training_summaries(wildcards) -> list[str]:
+    return [
+        f"results/train/{m}/seed{s}/train_summary.json"
+        for m in TRAINING_METHODS
+        for s in config["training"]["seeds"]
+    ]
 
 
 def table_grades(wildcards) -> list[str]:
@@ -118,8 +161,19 @@ STUDY_ARTIFACTS = (
 
 
 def all_targets() -> list[str]:
-    return [f"results/{b}_table.csv" for b in config["benchmarks"]] + [
-        "results/references/train.parquet",
-        *[f"results/{a}.csv" for a in STUDY_ARTIFACTS],
-        *[f"results/figures/{a}.png" for a in STUDY_ARTIFACTS],
-    ]
+    training = ["results/main_table.csv"]
+    if TRAINING_METHODS:
+        training += [
+            "results/training_curves.csv",
+            "results/figures/training_curves.png",
+            "results/compute_cost.csv",
+        ]
+    return (
+        [f"results/{b}_table.csv" for b in config["benchmarks"]]
+        + training
+        + [
+            "results/references/train.parquet",
+            *[f"results/{a}.csv" for a in STUDY_ARTIFACTS],
+            *[f"results/figures/{a}.png" for a in STUDY_ARTIFACTS],
+        ]
+    )

@@ -15,6 +15,8 @@ rule benchmark_table:
         "results/logs/benchmark_table/{benchmark}.log",
     benchmark:
         "results/benchmarks/benchmark_table/{benchmark}.tsv"
+    wildcard_constraints:
+        benchmark="|".join([*WORLD_SPLITS, *KNOWN_BENCHMARKS]),
     conda:
         CONDA_ENV
     resources:

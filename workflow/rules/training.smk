@@ -12,18 +12,18 @@ rule train_policy:
         "results/logs/train_policy/{method}/seed{seed}.log",
     benchmark:
         "results/benchmarks/train_policy/{method}/seed{seed}.tsv"
-    conda:
-        CONDA_ENV
     wildcard_constraints:
         method="|".join(TRAINING_METHODS),
-    params:
-        settings=lambda w: arg(training_settings(w.method, int(w.seed))),
-        run_dir=lambda w, output: str(Path(output.summary).parent),
+    conda:
+        CONDA_ENV
     threads: res("train_policy", "cpus_per_task")
     resources:
         mem_mb=res("train_policy", "mem_mb"),
         runtime=res("train_policy", "runtime"),
         gpu=res("train_policy", "gpu"),
+    params:
+        settings=lambda w: arg(training_settings(w.method, int(w.seed))),
+        run_dir=lambda w, output: str(Path(output.summary).parent),
     shell:
         "python -m rredcot.steps.train_policy --model {input.model} --train {input.train} "
         "--params {params.settings} --threads {threads} --out {params.run_dir} > {log} 2>&1"

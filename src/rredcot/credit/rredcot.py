@@ -14,7 +14,8 @@ The module has two layers:
   selected by name from `VALUE_VARIANTS`;
 - the model-facing `rredcot_credit` / `rredcot_credit_batch`, which build the continuations
   from a `ReferencePath` (`build_continuations`) and score all of them at all states with
-  `rredcot.scoring.packed.score_states_batch` (each trace encoded once, two forward passes).
+  `rredcot.scoring.packed` (each trace encoded once, all states of all traces in a few batched
+  passes; state 0 once per prompt).
 
 Reconstructed choices (the paper's text was not available), each a config option:
 
@@ -29,13 +30,15 @@ Reconstructed choices (the paper's text was not available), each a config option
   start on a new line: after a state whose text ends with "\\n" one leading "\\n" of the
   continuation is dropped; after any other state a continuation that does not start with "\\n"
   gets one. "verbatim" appends the text as built. Under "line" the continuations depend on
-  the kind of state (ends with "\\n" or not); each kind gets its own packed spec, cut at its
-  last state, so the usual extra kind (s_0 alone) costs one prompt-only row.
+  the kind of state (ends with "\\n" or not); each state is scored with its kind's set.
+- `suffixes` (default "all"): score every C*_j, or importance-sample m of them per state
+  (uniform q, v̂ scaled by J/m; unbiased for `ref_suffix_sum`, cheaper, noisier).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -59,18 +62,26 @@ class ReferenceScores:
     """Scored log-probs (float64, natural log) of the reference continuations at states 0 … K.
 
     answer_now:  (K+1,)   log π(A ⊕ y* ⊕ close [⊕ EOS] | s_k) = log R̂_k
-    suffixes:    (K+1, J) log π(C*_j | s_k), j = 0 … J−1; column 0 is the whole C*
+    suffixes:    (K+1, J) log π(C*_j | s_k), j = 0 … J−1; column 0 is the whole C*; or
+                 (K+1, m) for m suffixes sampled out of J (see suffix_weight)
     path_prefix: (K+1,)   log π(U* ⊕ A | s_k); only `ref_answer_after_path` needs it
     path_num_tokens: |C*| in tokens (EOS included when appended), one int or one per state
         (K+1,) when the join rule makes C* state-dependent; only `ref_path_geomean` needs it
+    suffix_weight: importance weight of each scored suffix in `ref_suffix_sum`, 1/(m·q(j)) =
+        J/m for m suffixes drawn uniformly out of J; 1 when all J are scored
     """
 
     answer_now: torch.Tensor
     suffixes: torch.Tensor
     path_prefix: torch.Tensor | None = None
     path_num_tokens: int | torch.Tensor | None = None
+    suffix_weight: float = 1.0
 
     def __post_init__(self) -> None:
+        w = self.suffix_weight
+        if isinstance(w, bool) or not isinstance(w, Real) or not math.isfinite(w) or w < 1:
+            raise ValueError(f"suffix_weight: expected a finite number ≥ 1 (J/m), got {w!r}")
+        object.__setattr__(self, "suffix_weight", float(w))
         answer_now = torch.as_tensor(self.answer_now, dtype=torch.float64)
         suffixes = torch.as_tensor(self.suffixes, dtype=torch.float64)
         if answer_now.ndim != 1 or answer_now.numel() < 1:
@@ -133,8 +144,12 @@ def answer_reward(scores: ReferenceScores) -> torch.Tensor:
 
 
 def _ref_suffix_sum(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = Σ_j π(C*_j | s_k): the IS estimate with q uniform over the J suffixes (default)."""
-    return torch.logsumexp(scores.suffixes, dim=1).exp()  # (K+1,)
+    """v̂_k = Σ_j π(C*_j | s_k): the IS estimate with q uniform over the J suffixes (default).
+
+    With m of the J suffixes sampled (suffix_weight = J/m): v̂_k = (J/m)·Σ_{j∈S} π(C*_j | s_k),
+    unbiased for the sum over all J.
+    """
+    return (torch.logsumexp(scores.suffixes, dim=1) + math.log(scores.suffix_weight)).exp()
 
 
 def _ref_suffix_max(scores: ReferenceScores) -> torch.Tensor:
@@ -220,6 +235,11 @@ class RREDCoTConfig:
     """How a continuation meets a state: line (start it on a new line) | verbatim (module doc)."""
     max_tokens_per_pass: int | None = None
     """Cap on packed continuation tokens per forward pass (memory); None: no cap."""
+    suffixes: str | int = "all"
+    """Reference suffixes scored per state: "all" (the J of them: exact) or a number m ≥ 1:
+    m of the J drawn uniformly without replacement (the same for all states of a trace and all
+    traces of a prompt in one call), v̂_k = (J/m)·Σ_{j∈S} π(C*_j | s_k), unbiased for
+    ref_suffix_sum's v̂ at about m/J of its scoring cost; m ≥ J scores all. ref_suffix_sum only."""
 
     def __post_init__(self) -> None:
         if self.value not in VALUE_VARIANTS:
@@ -249,6 +269,16 @@ class RREDCoTConfig:
         if not isinstance(self.end_with_eos, bool):
             raise ValueError(
                 f"estimator.rredcot.end_with_eos: expected true or false, got {self.end_with_eos!r}"
+            )
+        m = self.suffixes
+        if m != "all" and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(
+                f'estimator.rredcot.suffixes: expected "all" or an integer ≥ 1, got {m!r}'
+            )
+        if m != "all" and self.value != "ref_suffix_sum":
+            raise ValueError(
+                f"estimator.rredcot.suffixes: sampling {m} suffixes is unbiased for "
+                f'ref_suffix_sum only; value {self.value!r} needs suffixes: "all"'
             )
         cap = self.max_tokens_per_pass
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -447,9 +477,11 @@ def build_continuations(
 class RREDCoTResult:
     """Per-state and per-segment quantities of one trace (float64 tensors).
 
-    States k = 0 … K: answer_logprob (log R̂), r_hat, v_hat, phi, suffix_logprobs (K+1, J).
-    Segments k = 1 … K (stored at k−1): h (raw credit), sigma (redistributed reward).
-    forward_tokens: real tokens the model ran for this trace (`packed_forward_tokens`).
+    States k = 0 … K: answer_logprob (log R̂), r_hat, v_hat, phi, suffix_logprobs (K+1, m):
+    log π(C*_j | s_k) for the scored suffixes j ∈ suffix_columns (all J unless the config's
+    `suffixes` is a number). Segments k = 1 … K (stored at k−1): h (raw credit), sigma
+    (redistributed reward). forward_tokens: real tokens the model ran for this trace (shared
+    work counted once, see `rredcot_credit_batch`).
     """
 
     answer_logprob: torch.Tensor  # (K+1,)
@@ -461,6 +493,7 @@ class RREDCoTResult:
     h: torch.Tensor  # (K,)
     sigma: torch.Tensor  # (K,)
     forward_tokens: int
+    suffix_columns: tuple[int, ...] = ()  # the j of each suffix_logprobs column
 
 
 @dataclass(frozen=True)
@@ -523,55 +556,34 @@ def packed_forward_tokens(
     return prompt_len + response_len + num_states * sum(n - 1 for n in continuation_lens)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """How one trace's states are read off the packed scores: one spec per kind of state."""
-
-    specs: list[Any]  # rredcot.scoring.packed.TraceSpec
-    where: list[tuple[int, int]]  # per state k: (spec index, row in that spec's table)
-    path_num_tokens: list[int]  # per state k: |C*| as scored there
-
-
-def _plan(tokenizer: Any, task: Any, trace: Trace, config: RREDCoTConfig) -> _Plan:
-    """Continuations per kind of state (see `join`), and a packed spec per kind.
-
-    A kind's spec covers the trace only up to its last state of that kind, with the boundaries
-    {0} ∪ {b_k of that kind}; so when only s_0 ends with "\\n" (the usual case) the extra spec
-    is the bare prompt with one row of continuations, not a second copy of every row.
-    """
-    from rredcot.scoring.packed import TraceSpec
-
-    b = list(trace.boundaries)
-    kinds = (
-        state_ends_with_newline(tokenizer, trace.prompt_ids, trace.response_ids, b)
-        if config.join == "line"
-        else [False] * len(b)
-    )
-    specs, where, path_tokens = [], [None] * len(b), [0] * len(b)
-    for kind in sorted(set(kinds)):
-        conts = build_continuations(
-            task,
-            trace.reference,
-            tokenizer,
-            end_with_eos=config.end_with_eos,
-            state_ends_with_newline=kind,
-            join=config.join,
-            with_path_prefix=config.value == "ref_answer_after_path",
+def _check_encoded_rows(traces: Sequence[Trace], encoded: Any, rows: Sequence[int]) -> None:
+    if len(rows) != len(traces):
+        raise ValueError(
+            f"encoded_rows: expected one row per trace ({len(traces)}), got {len(rows)}"
         )
-        states = [k for k, kd in enumerate(kinds) if kd == kind]
-        spec_b = sorted({0, *(b[k] for k in states)})
-        for k in states:
-            where[k] = (len(specs), spec_b.index(b[k]))
-            path_tokens[k] = len(conts.suffixes[0])
-        specs.append(
-            TraceSpec(
-                list(trace.prompt_ids),
-                list(trace.response_ids[: spec_b[-1]]),
-                spec_b,
-                conts.all_ids(),
+    for t, (trace, row) in enumerate(zip(traces, rows, strict=True)):
+        if not 0 <= row < len(encoded):
+            raise ValueError(f"encoded_rows[{t}]: {row} is not an encoded trace")
+        response = encoded.response_ids[row]
+        n = len(trace.response_ids)
+        if list(trace.prompt_ids) != encoded.prompt_ids[row] or (
+            list(trace.response_ids) != response[:n]
+        ):
+            raise ValueError(
+                f"encoded_rows[{t}]: encoded trace {row} is not x ⊕ τ of trace {t} (its prompt "
+                f"must be equal and its response must start with the trace's response)"
             )
-        )
-    return _Plan(specs, where, path_tokens)
+
+
+def draw_suffixes(num_suffixes: int, m: int, rng: random.Random) -> tuple[int, ...]:
+    """j ∈ S: m of the J suffix indices drawn uniformly without replacement (all when m ≥ J).
+
+    Each j is in S with probability m/J, so (J/m)·Σ_{j∈S} π(C*_j | s) is unbiased for
+    Σ_j π(C*_j | s) (the `suffixes` option of `RREDCoTConfig`).
+    """
+    if m >= num_suffixes:
+        return tuple(range(num_suffixes))
+    return tuple(sorted(rng.sample(range(num_suffixes), m)))
 
 
 def rredcot_credit_batch(
@@ -580,45 +592,142 @@ def rredcot_credit_batch(
     task: Any,
     traces: Sequence[Trace],
     config: RREDCoTConfig | None = None,
+    *,
+    encoded: Any = None,
+    encoded_rows: Sequence[int] | None = None,
+    seed: int | str = 0,
 ) -> list[RREDCoTResult]:
     """RREDCoT credit of several traces (METHOD.md §3), all scored in the same packed passes.
 
-    Per trace: build the continuations (answer-now, C*_0 … C*_{J−1}, and U* ⊕ A for
-    `ref_answer_after_path`), score them at every state with
-    `rredcot.scoring.packed.score_states_batch` (two forward passes for the whole batch, more
-    only under `max_tokens_per_pass`), then `credit_from_scores`.
+    Per trace: build the continuations (answer-now, C*_j, and U* ⊕ A for
+    `ref_answer_after_path`; built once per reference and kind of state), score them at every
+    state with `rredcot.scoring.packed` (`encode_traces`, then `score_encoded`: a few passes for
+    the whole batch), then `credit_from_scores`. State 0 (the bare prompt) is scored once per
+    prompt and reference, not once per trace.
+
+    encoded / encoded_rows: traces already encoded by the caller (`encode_traces`; row
+    `encoded_rows[t]` must hold trace t's prompt and a response that starts with trace t's);
+    their encoding is then the caller's cost, not counted in `forward_tokens`. seed: the draw
+    of the scored suffixes when `config.suffixes` is a number (one draw per prompt and
+    reference, shared by its traces and all their states).
+    A trace's `forward_tokens` counts the tokens run for it; what traces share (a prompt's
+    encoding, state 0) is counted at the first trace that needs it, so the batch's sum is the
+    batch's cost.
     """
-    from rredcot.scoring.packed import score_states_batch
+    from rredcot.scoring.packed import StateQuery, encode_traces, score_encoded
 
     config = RREDCoTConfig() if config is None else config
-    plans = [_plan(tokenizer, task, t, config) for t in traces]
-    tables = score_states_batch(
-        model,
-        [spec for plan in plans for spec in plan.specs],
-        max_tokens_per_pass=config.max_tokens_per_pass,
-    )
-    results, start = [], 0
-    for trace, plan in zip(traces, plans, strict=True):
-        own = tables[start : start + len(plan.specs)]
-        start += len(plan.specs)
-        per_state = torch.stack([own[s][row] for s, row in plan.where])  # (K+1, 1 + J [+ 1])
-        j = trace.reference.num_segments
+    if not traces:
+        return []
+    tokens = [0] * len(traces)
+    if encoded is None:
+        distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        rows = []
+        seen_prompts: set[tuple[int, ...]] = set()
+        for t, trace in enumerate(traces):
+            key = (tuple(trace.prompt_ids), tuple(trace.response_ids))
+            if key not in distinct:
+                distinct[key] = len(distinct)
+                tokens[t] += len(trace.response_ids)
+                if key[0] not in seen_prompts:
+                    seen_prompts.add(key[0])
+                    tokens[t] += len(trace.prompt_ids)
+            rows.append(distinct[key])
+        encoded = encode_traces(
+            model,
+            [p for p, _ in distinct],
+            [r for _, r in distinct],
+            max_tokens_per_pass=config.max_tokens_per_pass,
+        )
+    else:
+        if encoded_rows is None:
+            raise ValueError("encoded_rows: needed with encoded (the encoded row of each trace)")
+        rows = list(encoded_rows)
+        _check_encoded_rows(traces, encoded, rows)
+
+    with_prefix = config.value == "ref_answer_after_path"
+    built: dict[tuple[ReferencePath, bool], Continuations] = {}
+    draws: dict[tuple[tuple[int, ...], ReferencePath], tuple[int, ...]] = {}
+    rng = random.Random(f"rredcot-suffixes/{seed}")
+    last_char: dict[int, bool] = {}  # token id -> its text ends with "\n"
+
+    def continuations(ref: ReferencePath, kind: bool) -> Continuations:
+        if (ref, kind) not in built:
+            built[ref, kind] = build_continuations(
+                task,
+                ref,
+                tokenizer,
+                end_with_eos=config.end_with_eos,
+                state_ends_with_newline=kind,
+                join=config.join,
+                with_path_prefix=with_prefix,
+            )
+        return built[ref, kind]
+
+    queries: list[Any] = []
+    shared: dict[tuple, int] = {}  # state-0 query of a (prompt, reference, suffix draw)
+    where: list[list[tuple[int, int]]] = []  # per trace, per state k: (query, row in it)
+    path_tokens: list[list[int]] = []
+    columns: list[tuple[int, ...]] = []
+    for t, (trace, row) in enumerate(zip(traces, rows, strict=True)):
+        ref, b = trace.reference, list(trace.boundaries)
+        j = ref.num_segments
+        group = (tuple(trace.prompt_ids), ref)
+        if group not in draws:
+            m = j if config.suffixes == "all" else int(config.suffixes)
+            draws[group] = draw_suffixes(j, m, rng)
+        chosen = draws[group]
+        columns.append(chosen)
+        ids = [*trace.prompt_ids, *trace.response_ids]
+        if config.join == "line":
+            kinds = []
+            for bk in b:
+                tok = ids[len(trace.prompt_ids) + bk - 1]
+                if tok not in last_char:
+                    text = tokenizer.decode([tok], skip_special_tokens=False)
+                    last_char[tok] = text.endswith("\n")
+                kinds.append(last_char[tok])
+        else:
+            kinds = [False] * len(b)
+        own, lengths = [None] * len(b), [0] * len(b)
+        for kind in sorted(set(kinds)):
+            conts = continuations(ref, kind)
+            cols = [conts.answer_now, *(conts.suffixes[i] for i in chosen)]
+            if conts.path_prefix is not None:
+                cols.append(conts.path_prefix)
+            states = [k for k, kd in enumerate(kinds) if kd == kind]
+            for k in states:
+                lengths[k] = len(conts.suffixes[0])
+            cost = sum(len(c) - 1 for c in cols)
+            if 0 in states:  # state 0: the same for every trace of this prompt and reference
+                key = (group, kind, chosen)
+                if key not in shared:
+                    shared[key] = len(queries)
+                    queries.append(StateQuery(row, [0], cols))
+                    tokens[t] += cost
+                own[0] = (shared[key], 0)
+                states = states[1:]
+            if states:
+                for a, k in enumerate(states):
+                    own[k] = (len(queries), a)
+                queries.append(StateQuery(row, [b[k] for k in states], cols))
+                tokens[t] += cost * len(states)
+        where.append(own)
+        path_tokens.append(lengths)
+
+    tables = score_encoded(model, encoded, queries, max_tokens_per_pass=config.max_tokens_per_pass)
+    results = []
+    for t, trace in enumerate(traces):
+        per_state = torch.stack([tables[q][a] for q, a in where[t]])  # (K+1, 1 + m [+ 1])
+        m = len(columns[t])
         scores = ReferenceScores(
             answer_now=per_state[:, 0],
-            suffixes=per_state[:, 1 : 1 + j],
-            path_prefix=per_state[:, 1 + j] if per_state.shape[1] > 1 + j else None,
-            path_num_tokens=torch.tensor(plan.path_num_tokens),
+            suffixes=per_state[:, 1 : 1 + m],
+            path_prefix=per_state[:, 1 + m] if per_state.shape[1] > 1 + m else None,
+            path_num_tokens=torch.tensor(path_tokens[t]),
+            suffix_weight=trace.reference.num_segments / m,
         )
         r_hat, v_hat, phi, h, sigma = credit_from_scores(scores, trace.reward, config)
-        cost = sum(
-            packed_forward_tokens(
-                len(s.prompt_ids),
-                len(s.response_ids),
-                s.num_states,
-                [len(c) for c in s.continuations],
-            )
-            for s in plan.specs
-        )
         results.append(
             RREDCoTResult(
                 answer_logprob=scores.answer_now,
@@ -629,7 +738,8 @@ def rredcot_credit_batch(
                 phi=phi,
                 h=h,
                 sigma=sigma,
-                forward_tokens=cost,
+                forward_tokens=tokens[t],
+                suffix_columns=columns[t],
             )
         )
     return results
@@ -645,8 +755,10 @@ def rredcot_credit(
     reference: ReferencePath,
     reward: float,
     config: RREDCoTConfig | None = None,
+    *,
+    seed: int | str = 0,
 ) -> RREDCoTResult:
     """RREDCoT credit of one trace x ⊕ τ with boundaries 0 = b_0 < … < b_K = T and return
     R = `reward` (see `rredcot_credit_batch`)."""
     trace = Trace(prompt_ids, response_ids, boundaries, reference, reward)
-    return rredcot_credit_batch(model, tokenizer, task, [trace], config)[0]
+    return rredcot_credit_batch(model, tokenizer, task, [trace], config, seed=seed)[0]

@@ -1,34 +1,42 @@
-"""Score many continuations at every state of a trace in a constant number of forward passes.
+"""Score many continuations at many states of many traces in a few batched forward passes.
 
-RREDCoT (METHOD.md §3) needs, for a trace x ⊕ τ with boundaries 0 = b_0 < … < b_K = T and
-continuations c_1 … c_M (the answer-now continuation A ⊕ y* ⊕ close and the reference suffixes
-C*_j), every
+RREDCoT (METHOD.md §3) needs, for a trace x ⊕ τ and states s = x ⊕ τ_<b (b a prefix length of
+the response τ) and continuations c_1 … c_M, every
 
-    S[k, m] = log π(c_m | s_k) = Σ_t log π(c_m,t | x ⊕ τ_<b_k ⊕ c_m,<t),   s_k = x ⊕ τ_<b_k.
+    S[b, m] = log π(c_m | x ⊕ τ_<b) = Σ_t log π(c_m,t | x ⊕ τ_<b ⊕ c_m,<t).
 
-Doing one full pass per (k, m) re-encodes the trace (K+1)·M times. Here the trace is encoded
-once and the continuations of all states reuse its keys and values:
+Doing one full pass per (b, m) re-encodes the trace once per pair. Here every token of every
+trace is encoded once, and the continuations of all states reuse its keys and values:
 
-1. **Trace pass.** One causal forward of x ⊕ τ with `use_cache=True`. The logits at position
-   P + b_k − 1 (P = |x|) score the first token c_m,0 of every continuation at state k; no other
-   trace logits are projected onto the vocabulary.
-2. **Continuation pass.** One batch row per state k holds c_1 … c_M packed, each without its
-   last token (it predicts nothing). The row's copy of the trace cache is masked by a 4D additive
-   mask so that it sees trace positions < P + b_k only, and each packed block attends causally
-   to itself only; position ids are P + b_k + t, exactly where c_m,t sits in the unpacked
-   s_k ⊕ c_m, so RoPE sees the same relative positions. The output at c_m,t scores c_m,t+1.
+1. **Encoding** (`encode_traces`). Each distinct prompt x is run once (*prompt pass*, prompts
+   left-padded), then every response τ on top of its prompt's cache (*response passes*, traces
+   of similar length together so padding stays small). The n responses of a GRPO group share
+   one prompt pass. The result (`EncodedTraces`) holds the KV cache of every trace in one slot
+   layout, [left-padded prompt | right-padded response], and the last hidden state at every
+   position: projected onto the vocabulary it gives the log-probs and entropies of the
+   response tokens (the segmentation's input, `EncodedTraces.token_scores`) and the first
+   token of every continuation at every state (hidden state at P + b − 1).
+2. **Continuation passes** (`score_encoded`). Each continuation without its last token (which
+   predicts nothing) is a *block*; a block sits at one state of one trace. Blocks of the same
+   trace are packed back to back into batch rows of about `row_tokens` tokens (a block never
+   splits; a longer block gets a row of its own). A row carries its trace's cache and a 4D
+   mask: a block's tokens see the trace's cache slots up to its state (x ⊕ τ_<b) and the
+   earlier tokens of their own block, nothing else; position ids are P + b + t, exactly where
+   c_m,t sits in the unpacked x ⊕ τ_<b ⊕ c_m, so RoPE sees the same relative positions. The
+   output at c_m,t scores c_m,t+1. Rows of similar width share a pass, so padding stays small;
+   each pass keeps only the cache slots its rows can see.
 
-One row per state rather than one row for everything: a single packed row of all (K+1)·M
-blocks attends over Q × (P + T + Q) entries, mostly masked, which on the tiny model costs more
-than the naive passes save; per-state rows cut that by about K+1 for K+1 small copies of the
-trace cache (measured in scripts/bench_scoring.py).
+Why rows of ~`row_tokens` tokens: attention inside a row costs width × (cache + width) entries,
+most of them masked, while every row pays for a copy of its trace's cache; a few hundred tokens
+balance the two on the CPU (measured in scripts/bench_scoring.py). One row per state (all
+continuations of one state) is `row_tokens=0`.
 
-A trace therefore costs 2 forward passes whatever K and M; several traces batched together
-cost the same 2. `max_tokens_per_pass` caps the packed continuation tokens per pass (rows ×
-width, padding included) and adds one pass per extra chunk; the trace cache is reused, never
-recomputed. transformers hands a prepared 4D mask to the attention function as-is
-(`masking_utils._preprocess_mask_arguments`); `eager` adds it to the scores and `sdpa` passes it
-as `attn_mask`, so both work. Flash and flex attention cannot take it and are refused.
+The number of passes does not grow with the number of states or continuations: one prompt
+pass, a few response passes (one per length bucket) and a few continuation passes (one per
+width bucket, more only under `max_tokens_per_pass`, which caps rows × width of a pass,
+padding included). transformers hands a prepared 4D mask to the attention function as-is
+(`masking_utils._preprocess_mask_arguments`); `sdpa` takes a boolean mask and `eager` an
+additive one, so both work. Flash and flex attention cannot take it and are refused.
 """
 
 from __future__ import annotations
@@ -39,9 +47,15 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from rredcot.scoring.logprobs import gather_logprobs
+from rredcot.scoring.logprobs import _MAX_CHUNK_ELEMENTS, gather_logprobs
 
 SUPPORTED_ATTENTION: tuple[str, ...] = ("eager", "sdpa")
+
+ROW_TOKENS = 256
+"""Default target width of a packed continuation row (tokens); see the module docstring."""
+
+PAD_SLACK = 0.15
+"""A pass takes one more row while its padding stays within this fraction of its real tokens."""
 
 
 @dataclass(frozen=True)
@@ -69,16 +83,35 @@ class TraceSpec:
             )
         if any(right <= left for left, right in zip(b, b[1:], strict=False)):
             raise ValueError(f"boundaries: must be strictly increasing, got {b}")
-        if len(self.continuations) == 0:
-            raise ValueError("continuations: need at least one continuation to score")
-        empty = [m for m, c in enumerate(self.continuations) if len(c) == 0]
-        if empty:
-            raise ValueError(f"continuations: entries {empty} are empty; each needs ≥ 1 token")
+        _check_continuations(self.continuations)
 
     @property
     def num_states(self) -> int:
         """K + 1."""
         return len(self.boundaries)
+
+
+@dataclass(frozen=True)
+class StateQuery:
+    """Continuations c_1 … c_M to score at the states x ⊕ τ[:b], b ∈ `states`, of encoded trace
+    `trace` (an index into `EncodedTraces`); 0 ≤ b ≤ T, any order, repeats allowed."""
+
+    trace: int
+    states: Sequence[int]
+    continuations: Sequence[Sequence[int]]
+
+    def __post_init__(self) -> None:
+        if len(self.states) == 0:
+            raise ValueError(f"states: query of trace {self.trace} names no state")
+        _check_continuations(self.continuations)
+
+
+def _check_continuations(continuations: Sequence[Sequence[int]]) -> None:
+    if len(continuations) == 0:
+        raise ValueError("continuations: need at least one continuation to score")
+    empty = [m for m, c in enumerate(continuations) if len(c) == 0]
+    if empty:
+        raise ValueError(f"continuations: entries {empty} are empty; each needs ≥ 1 token")
 
 
 def _check_model(model: torch.nn.Module) -> None:
@@ -96,193 +129,423 @@ def _check_model(model: torch.nn.Module) -> None:
         raise ValueError(
             f"model.config.layer_types: packed scoring supports full attention only, got {other}"
         )
+    if getattr(config, "final_logit_softcapping", None) is not None:
+        raise ValueError(
+            "model.config.final_logit_softcapping: packed scoring projects hidden states with "
+            "the output embeddings alone and cannot apply a logit soft-cap"
+        )
 
 
-@dataclass(frozen=True)
-class _Group:
-    """Some continuations of one trace packed back to back, each without its last token."""
-
-    inputs: torch.Tensor  # (W,) c_m,t for t < |c_m| − 1
-    targets: torch.Tensor  # (W,) c_m,t+1, the token each input predicts
-    cont: torch.Tensor  # (W,) m
-    offset: torch.Tensor  # (W,) t
-
-
-def _split_continuations(lengths: Sequence[int], cap: int | None) -> list[list[int]]:
-    """Indices m with at least one packed token, in order, split greedily into groups of at
-    most `cap` tokens (a continuation longer than `cap` forms a group of its own)."""
-    groups: list[list[int]] = [[]]
-    size = 0
-    for m, n in enumerate(lengths):
-        if n == 0:
-            continue  # a one-token continuation is scored by the trace pass alone
-        if cap is not None and groups[-1] and size + n > cap:
-            groups.append([])
-            size = 0
-        groups[-1].append(m)
-        size += n
-    return [g for g in groups if g]
-
-
-def _pack_group(
-    continuations: Sequence[Sequence[int]], members: list[int], device: torch.device
-) -> _Group:
-    lens = torch.tensor([len(continuations[m]) - 1 for m in members], dtype=torch.long)
-    starts = torch.repeat_interleave(lens.cumsum(0) - lens, lens)
-    return _Group(
-        inputs=torch.tensor([t for m in members for t in continuations[m][:-1]], device=device),
-        targets=torch.tensor([t for m in members for t in continuations[m][1:]], device=device),
-        cont=torch.repeat_interleave(torch.tensor(members), lens).to(device),
-        offset=(torch.arange(int(lens.sum())) - starts).to(device),
-    )
-
-
-@dataclass(frozen=True)
-class _Row:
-    """One batch row of a continuation pass: a group of continuations at state k of a trace."""
-
-    trace: int
-    state: int
-    group: _Group
-    visible: int  # P + b_k: the row sees trace positions < visible
-
-
-def _plan_passes(rows: list[_Row], cap: int | None) -> list[list[_Row]]:
-    """Consecutive rows share a pass while rows × width (padding included) stays ≤ cap."""
-    if cap is None:
-        return [rows] if rows else []
-    passes: list[list[_Row]] = []
-    current: list[_Row] = []
-    width = 0
-    for row in rows:
-        wider = max(width, len(row.group.inputs))
-        if current and (len(current) + 1) * wider > cap:
-            passes.append(current)
-            current, wider = [], len(row.group.inputs)
-        current.append(row)
-        width = wider
-    if current:
-        passes.append(current)
-    return passes
-
-
-def _block_mask(
-    visible: torch.Tensor, block: torch.Tensor, cache_len: int, dtype: torch.dtype
-) -> torch.Tensor:
-    """Additive (R, 1, W, cache_len + W) mask: row r sees cached trace positions < visible[r];
-    a packed token sees the earlier tokens of its own block (block id −1 marks padding)."""
-    rows, width = block.shape
-    positions = torch.arange(cache_len, device=visible.device)
-    cache_ok = (positions[None, None, :] < visible[:, None, None]).expand(rows, width, cache_len)
-    idx = torch.arange(width, device=block.device)
-    same_block = (block[:, :, None] == block[:, None, :]) & (idx[:, None] >= idx[None, :])
-    allowed = torch.cat([cache_ok, same_block], dim=-1)  # (R, W, C + W)
+def _allowed_to_mask(allowed: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
+    """(R, Q, S) allowed → the (R, 1, Q, S) mask the attention takes: boolean for sdpa,
+    additive (0 / dtype min) for eager."""
+    if model.config._attn_implementation == "sdpa":
+        return allowed[:, None]
+    dtype = next(model.parameters()).dtype
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
-def _pad_rows(rows: list[torch.Tensor], fill: int, device: torch.device) -> torch.Tensor:
-    width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), fill, dtype=torch.long, device=device)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return out
+def _project(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits (N, V) of last hidden states (N, H): the causal LM's head."""
+    return model.get_output_embeddings()(hidden)
+
+
+def _chunk_rows(vocab: int) -> int:
+    """Rows of (rows, V) logits projected at once: about 2^25 elements whatever V."""
+    return max(1, _MAX_CHUNK_ELEMENTS // max(vocab, 1))
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+@dataclass
+class EncodedTraces:
+    """Traces x_i ⊕ τ_i after one encoding: KV cache and last hidden states (`encode_traces`).
+
+    Cache slots of row i: [0, P_max) the prompt left-padded (real from P_max − P_i), then
+    [P_max, P_max + T_i) the response. hidden[i, b] is the last hidden state at position
+    P_i + b − 1, the one that predicts τ_b (b < T_i) or a continuation's first token at state b.
+    forward_tokens: real tokens run (each distinct prompt once, every response once).
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    prompt_width: int  # P_max
+    keys: list[torch.Tensor]  # per layer (B, kv heads, P_max + T_max, head dim)
+    values: list[torch.Tensor]
+    hidden: torch.Tensor  # (B, 1 + T_max, H)
+    forward_tokens: int
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    def token_scores(self, model: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(log π(τ_t | x ⊕ τ_<t), H_t) for t < T_i, per trace: two float32 (float64 for a
+        float64 model) CPU tensors (T_i,) each, from the cached hidden states (no new pass)."""
+        lengths = [len(r) for r in self.response_ids]
+        dtype = torch.float64 if self.hidden.dtype == torch.float64 else torch.float32
+        if sum(lengths) == 0:
+            return [(torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype)) for _ in lengths]
+        rows = torch.cat([self.hidden[i, :n] for i, n in enumerate(lengths)])  # (ΣT, H)
+        targets = torch.tensor([t for r in self.response_ids for t in r], device=rows.device)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        chunk = _chunk_rows(vocab)
+        logprobs, entropies = [], []
+        with torch.inference_mode():
+            for start in range(0, len(rows), chunk):
+                part = slice(start, start + chunk)
+                lp, h = gather_logprobs(
+                    _project(model, rows[part]), targets[part], with_entropy=True
+                )
+                logprobs.append(lp.cpu())
+                entropies.append(h.cpu())
+        lp_all, h_all = torch.cat(logprobs), torch.cat(entropies)
+        return list(zip(lp_all.split(lengths), h_all.split(lengths), strict=True))
+
+
+def _length_buckets(lengths: Sequence[int], cap: int | None) -> list[list[int]]:
+    """Indices with length > 0, longest first, cut into passes: a pass takes the next index
+    while rows × widest stays within (1 + PAD_SLACK) × its real tokens and within `cap`."""
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    passes: list[list[int]] = []
+    real = 0
+    for i in order:
+        if passes:
+            width = lengths[passes[-1][0]]
+            rows = len(passes[-1]) + 1
+            fits_pad = rows * width <= (1 + PAD_SLACK) * (real + lengths[i])
+            fits_cap = cap is None or rows * width <= cap
+            if fits_pad and fits_cap:
+                passes[-1].append(i)
+                real += lengths[i]
+                continue
+        passes.append([i])
+        real = lengths[i]
+    return passes
+
+
+def _decoder(model: torch.nn.Module) -> torch.nn.Module:
+    return model.get_decoder()
 
 
 @torch.inference_mode()
+def encode_traces(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    *,
+    max_tokens_per_pass: int | None = None,
+) -> EncodedTraces:
+    """Run every trace x_i ⊕ τ_i through `model` once, each distinct prompt once.
+
+    `max_tokens_per_pass` caps rows × width of a response pass (a longer response gets a pass
+    of its own). Traces may repeat; each copy is encoded (deduplicate first to save the work).
+    """
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(
+            f"prompt_ids/response_ids: expected one prompt per response, got {len(prompt_ids)} "
+            f"and {len(response_ids)}"
+        )
+    _check_model(model)
+    decoder = _decoder(model)
+    device = next(model.parameters()).device
+    prompts = [list(p) for p in prompt_ids]
+    responses = [list(r) for r in response_ids]
+    empty = [i for i, p in enumerate(prompts) if not p]
+    if empty:
+        raise ValueError(f"prompt_ids: traces {empty} have an empty prompt")
+    if not prompts:
+        return EncodedTraces([], [], 0, [], [], torch.zeros(0, 1, 0), 0)
+
+    # 1. Prompt pass: each distinct prompt once, left-padded to P_max.
+    distinct: dict[tuple[int, ...], int] = {}
+    group = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]  # trace -> prompt
+    unique = [list(p) for p in distinct]
+    p_max = max(map(len, unique))
+    lo = torch.tensor([p_max - len(p) for p in unique], device=device)  # first real slot
+    ids = torch.zeros((len(unique), p_max), dtype=torch.long, device=device)
+    for g, p in enumerate(unique):
+        ids[g, p_max - len(p) :] = torch.tensor(p)
+    slot = torch.arange(p_max, device=device)
+    causal = slot[None, :, None] >= slot[None, None, :]  # (1, Q, S)
+    allowed = (causal & (slot[None, None, :] >= lo[:, None, None])) | torch.eye(
+        p_max, dtype=torch.bool, device=device
+    )  # a padding query sees itself, so no row is fully masked
+    out = decoder(
+        input_ids=ids,
+        attention_mask=_allowed_to_mask(allowed, model),
+        position_ids=(slot[None] - lo[:, None]).clamp_min(0),
+        use_cache=True,
+    )
+    prompt_keys = [layer.keys for layer in out.past_key_values.layers]
+    prompt_values = [layer.values for layer in out.past_key_values.layers]
+    prompt_last = out.last_hidden_state[:, -1]  # (G, H): predicts τ_0
+    del out
+
+    # 2. Response passes: every response on a copy of its prompt's cache.
+    lengths = [len(r) for r in responses]
+    t_max = max(lengths)
+    which = torch.tensor(group, device=device)
+    keys = [k[which] for k in prompt_keys]  # (B, kv, P_max, d), grown to P_max + T_max below
+    values = [v[which] for v in prompt_values]
+    if t_max:
+        keys = [torch.cat([k, k.new_zeros(*k.shape[:2], t_max, k.shape[3])], 2) for k in keys]
+        values = [torch.cat([v, v.new_zeros(*v.shape[:2], t_max, v.shape[3])], 2) for v in values]
+    hidden = prompt_last.new_zeros(len(prompts), 1 + t_max, prompt_last.shape[-1])
+    hidden[:, 0] = prompt_last[which]
+    for rows in _length_buckets(lengths, max_tokens_per_pass):
+        width = lengths[rows[0]]
+        r = torch.tensor(rows, device=device)
+        ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        for j, i in enumerate(rows):
+            ids[j, : lengths[i]] = torch.tensor(responses[i])
+        t = torch.arange(width, device=device)
+        row_lo = lo[which[r]]  # (n,)
+        prompt_ok = (slot[None, None, :] >= row_lo[:, None, None]).expand(-1, width, -1)
+        own = (t[:, None] >= t[None, :]).expand(len(rows), -1, -1)  # causal over the response
+        cache = DynamicCache(
+            ddp_cache_data=[
+                (k[r, :, :p_max], v[r, :, :p_max]) for k, v in zip(keys, values, strict=True)
+            ]
+        )
+        prompt_len = torch.tensor([len(prompts[i]) for i in rows], device=device)
+        out = decoder(
+            input_ids=ids,
+            attention_mask=_allowed_to_mask(torch.cat([prompt_ok, own], -1), model),
+            position_ids=prompt_len[:, None] + t[None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        for k, v, layer in zip(keys, values, out.past_key_values.layers, strict=True):
+            k[r, :, p_max : p_max + width] = layer.keys[:, :, p_max:]
+            v[r, :, p_max : p_max + width] = layer.values[:, :, p_max:]
+        hidden[r, 1 : 1 + width] = out.last_hidden_state
+        del out, cache
+    tokens = sum(map(len, unique)) + sum(lengths)
+    return EncodedTraces(prompts, responses, p_max, keys, values, hidden, tokens)
+
+
+# --------------------------------------------------------------------------- continuations
+
+
+@dataclass(frozen=True)
+class _Block:
+    """One continuation (without its last token) at one state of one trace."""
+
+    query: int
+    state: int  # index into the query's states
+    cont: int  # m
+    b: int  # prefix length of the response: the state is x ⊕ τ[:b]
+
+
+@dataclass(frozen=True)
+class _Row:
+    """Blocks of one trace packed back to back into one batch row."""
+
+    trace: int
+    blocks: tuple[_Block, ...]
+    width: int
+
+
+def _pack_rows(queries: Sequence[StateQuery], row_tokens: int) -> list[_Row]:
+    """Blocks of each trace, in query/state/continuation order, greedily packed into rows of
+    at most `row_tokens` tokens (0: one row per (query, state))."""
+    rows: list[_Row] = []
+    by_trace: dict[int, list[tuple[_Block, int]]] = {}
+    for q, query in enumerate(queries):
+        for a, b in enumerate(query.states):
+            state_blocks = [
+                (_Block(q, a, m, b), len(c) - 1)
+                for m, c in enumerate(query.continuations)
+                if len(c) > 1  # a one-token continuation is scored by its first token alone
+            ]
+            if row_tokens <= 0:
+                if state_blocks:
+                    width = sum(n for _, n in state_blocks)
+                    rows.append(_Row(query.trace, tuple(bl for bl, _ in state_blocks), width))
+            else:
+                by_trace.setdefault(query.trace, []).extend(state_blocks)
+    for trace, blocks in by_trace.items():
+        current: list[_Block] = []
+        width = 0
+        for block, n in blocks:
+            if current and width + n > row_tokens:
+                rows.append(_Row(trace, tuple(current), width))
+                current, width = [], 0
+            current.append(block)
+            width += n
+        if current:
+            rows.append(_Row(trace, tuple(current), width))
+    return rows
+
+
+def _plan_passes(rows: Sequence[_Row], cap: int | None) -> list[list[_Row]]:
+    """Rows widest first, cut into passes (`_length_buckets`: little padding, within `cap`)."""
+    return [[rows[i] for i in bucket] for bucket in _length_buckets([r.width for r in rows], cap)]
+
+
+@torch.inference_mode()
+def score_encoded(
+    model: torch.nn.Module,
+    encoded: EncodedTraces,
+    queries: Sequence[StateQuery],
+    *,
+    max_tokens_per_pass: int | None = None,
+    row_tokens: int | None = None,
+) -> list[torch.Tensor]:
+    """S_q[a, m] = log π(c_m | x_i ⊕ τ_i[:b_a]) for each query q = (i, states b, continuations).
+
+    Returns one float64 CPU tensor (len(states), M) per query. The first token of every
+    continuation is scored from the encoded hidden state at the state; the rest in the
+    continuation passes (module docstring). `max_tokens_per_pass` caps rows × width of a pass
+    (None: passes are cut by padding only); `row_tokens` is the packed row width (0: one row
+    per state; None: `ROW_TOKENS`).
+    """
+    if not queries:
+        return []
+    row_tokens = ROW_TOKENS if row_tokens is None else row_tokens
+    if max_tokens_per_pass is not None and max_tokens_per_pass < 1:
+        raise ValueError(f"max_tokens_per_pass: expected None or ≥ 1, got {max_tokens_per_pass}")
+    _check_model(model)
+    device = next(model.parameters()).device
+    for q, query in enumerate(queries):
+        if not 0 <= query.trace < len(encoded):
+            raise ValueError(f"queries[{q}].trace: {query.trace} is not an encoded trace")
+        t = len(encoded.response_ids[query.trace])
+        bad = [b for b in query.states if not 0 <= b <= t]
+        if bad:
+            raise ValueError(f"queries[{q}].states: {bad} outside 0 … T = {t}")
+
+    # First tokens: log π(c_m,0 | x ⊕ τ_<b) from the hidden state at P + b − 1.
+    pairs = [(q.trace, b) for q in queries for b in q.states]
+    hidden = encoded.hidden[[i for i, _ in pairs], [b for _, b in pairs]]  # (ΣA, H)
+    chunk = _chunk_rows(model.get_output_embeddings().weight.shape[0])
+    first_log_pi = torch.cat(
+        [
+            torch.log_softmax(_project(model, hidden[s : s + chunk]).to(torch.float64), -1)
+            for s in range(0, len(hidden), chunk)
+        ]
+    )  # (ΣA, V)
+    tables: list[torch.Tensor] = []
+    start = 0
+    for query in queries:
+        first_tok = torch.tensor([c[0] for c in query.continuations], device=device)
+        n = len(query.states)
+        tables.append(first_log_pi[start : start + n][:, first_tok])  # (A, M)
+        start += n
+    del first_log_pi
+
+    # Continuation passes.
+    decoder = _decoder(model)
+    p_max = encoded.prompt_width
+    base, flat = [], 0  # offset of query q's (a, m) items in the flat `rest`
+    for query in queries:
+        base.append(flat)
+        flat += len(query.states) * len(query.continuations)
+    rest = torch.zeros(flat, dtype=torch.float64, device=device)  # Σ_{t≥1} log π(c_m,t)
+    for batch in _plan_passes(_pack_rows(queries, row_tokens), max_tokens_per_pass):
+        width = batch[0].width
+        n = len(batch)
+        # Per token of the pass, row-major and padded: what it reads, predicts, where it sits.
+        cols: dict[str, list[int]] = {k: [] for k in ("inputs", "targets", "position", "item")}
+        cols["block"], cols["hi"] = [], []  # block id in the pass; sees cache slots < hi
+        lo = [p_max - len(encoded.prompt_ids[row.trace]) for row in batch]  # and ≥ lo
+        blocks_seen = 0
+        for j, row in enumerate(batch):
+            p = len(encoded.prompt_ids[row.trace])
+            for bl in row.blocks:
+                query = queries[bl.query]
+                c = query.continuations[bl.cont]
+                n_tok = len(c) - 1
+                cols["inputs"] += c[:-1]
+                cols["targets"] += c[1:]
+                cols["position"] += range(p + bl.b, p + bl.b + n_tok)
+                cols["item"] += [
+                    base[bl.query] + bl.state * len(query.continuations) + bl.cont
+                ] * n_tok
+                cols["block"] += [blocks_seen] * n_tok
+                blocks_seen += 1
+                cols["hi"] += [p_max + bl.b] * n_tok
+            pad = width - row.width
+            for key, fill in (("inputs", 0), ("targets", 0), ("position", 0), ("hi", 0)):
+                cols[key] += [fill] * pad
+            cols["item"] += [-1] * pad
+            cols["block"] += [-1 - j] * pad  # padding: its own block per row, never read
+        inputs, targets, position, item, block, hi = (
+            torch.tensor(cols[k], dtype=torch.long).view(n, width)
+            for k in ("inputs", "targets", "position", "item", "block", "hi")
+        )
+        lo = torch.tensor(lo)
+        s0, s1 = int(lo.min()), int(hi.max())  # the cache slots this pass can see
+        slots = torch.arange(s0, s1)
+        cache_ok = (slots[None, None, :] >= lo[:, None, None]) & (
+            slots[None, None, :] < hi[:, :, None]
+        )  # (n, W, S)
+        idx = torch.arange(width)
+        own = (block[:, :, None] == block[:, None, :]) & (idx[:, None] >= idx[None, :])
+        which = torch.tensor([row.trace for row in batch], device=device)
+        cache = DynamicCache(
+            ddp_cache_data=[
+                (k[which, :, s0:s1], v[which, :, s0:s1])
+                for k, v in zip(encoded.keys, encoded.values, strict=True)
+            ]
+        )
+        real = item >= 0  # (n, W)
+        out = decoder(
+            input_ids=inputs.to(device),
+            attention_mask=_allowed_to_mask(torch.cat([cache_ok, own], -1).to(device), model),
+            position_ids=position.to(device),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = _project(model, out.last_hidden_state[real.to(device)])  # (N, V)
+        del out, cache
+        log_pi, _ = gather_logprobs(logits, targets[real].to(device))  # (N,)
+        rest.index_add_(0, item[real].to(device), log_pi.to(torch.float64))
+
+    rest = rest.cpu()
+    return [
+        (f.cpu() + rest[b : b + f.numel()].view_as(f)) for f, b in zip(tables, base, strict=True)
+    ]
+
+
 def score_states_batch(
     model: torch.nn.Module,
     traces: Sequence[TraceSpec],
     *,
     max_tokens_per_pass: int | None = None,
+    row_tokens: int | None = None,
 ) -> list[torch.Tensor]:
     """S_i[k, m] = log π(c_m | x_i ⊕ τ_i[:b_k]) for several traces, batched in the same passes.
 
-    Traces are right-padded into one trace pass (padding is never visible to real tokens); the
-    continuation rows of all traces share the continuation pass(es). `max_tokens_per_pass`
-    caps rows × width of each continuation pass (None: one pass). Every row carries its own
-    copy of its trace's KV cache, so for long traces on a GPU the cap also bounds the number of
-    copies held at once.
-    Returns one float64 CPU tensor (K_i+1, M_i) per trace.
+    Identical (prompt, response) pairs are encoded once (`encode_traces`), then all states of
+    all traces are scored together (`score_encoded`). Returns one float64 CPU tensor
+    (K_i+1, M_i) per trace.
     """
     if not traces:
         return []
     if max_tokens_per_pass is not None and max_tokens_per_pass < 1:
         raise ValueError(f"max_tokens_per_pass: expected None or ≥ 1, got {max_tokens_per_pass}")
     _check_model(model)
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-
-    # 1. Trace pass: encode x ⊕ τ once; project onto the vocabulary only at P + b_k − 1.
-    trace_rows = [torch.tensor([*s.prompt_ids, *s.response_ids], dtype=torch.long) for s in traces]
-    trace_ids = _pad_rows(trace_rows, 0, device)  # (B, L)
-    cache_len = trace_ids.shape[1]
-    keep = torch.zeros_like(trace_ids, dtype=torch.bool)  # (B, L)
-    for i, s in enumerate(traces):
-        first_pos = len(s.prompt_ids) - 1 + torch.tensor(list(s.boundaries), dtype=torch.long)
-        keep[i, first_pos.to(device)] = True
-    out = model(input_ids=trace_ids, use_cache=True, logits_to_keep=keep)
-    first_log_pi = torch.log_softmax(out.logits.to(torch.float64), dim=-1)  # (Σ(K_i+1), V)
-    trace_cache = out.past_key_values
-    del out
-
-    first: list[torch.Tensor] = []  # (K_i+1, M_i): log π(c_m,0 | s_k)
-    base: list[int] = []  # offset of trace i's (k, m) items in the flat `rest`
-    row_start, item_start = 0, 0
-    for s in traces:
-        first_tok = torch.tensor([c[0] for c in s.continuations], device=device)
-        first.append(first_log_pi[row_start : row_start + s.num_states][:, first_tok])
-        base.append(item_start)
-        row_start += s.num_states
-        item_start += s.num_states * len(s.continuations)
-
-    # 2. Continuation passes: one row per (trace, state, group of continuations).
-    rows: list[_Row] = []
-    for i, s in enumerate(traces):
-        lengths = [len(c) - 1 for c in s.continuations]
-        groups = [
-            _pack_group(s.continuations, members, device)
-            for members in _split_continuations(lengths, max_tokens_per_pass)
-        ]
-        for k, b in enumerate(s.boundaries):
-            rows.extend(_Row(i, k, g, len(s.prompt_ids) + b) for g in groups)
-
-    rest = torch.zeros(item_start, dtype=torch.float64, device=device)  # Σ_{t≥1} log π(c_m,t)
-    for batch in _plan_passes(rows, max_tokens_per_pass):
-        width = max(len(r.group.inputs) for r in batch)
-        inputs = torch.zeros((len(batch), width), dtype=torch.long, device=device)
-        targets = torch.zeros_like(inputs)
-        position = torch.zeros_like(inputs)
-        item = torch.full_like(inputs, -1)  # flat (trace, k, m) index; −1 = padding
-        for j, r in enumerate(batch):
-            n, m_count = len(r.group.inputs), len(traces[r.trace].continuations)
-            inputs[j, :n] = r.group.inputs
-            targets[j, :n] = r.group.targets
-            position[j, :n] = r.visible + r.group.offset
-            item[j, :n] = base[r.trace] + r.state * m_count + r.group.cont
-        visible = torch.tensor([r.visible for r in batch], device=device)  # (R,)
-        which = torch.tensor([r.trace for r in batch], device=device)  # (R,)
-        row_cache = DynamicCache(
-            ddp_cache_data=[
-                (layer.keys[which], layer.values[which]) for layer in trace_cache.layers
-            ]
-        )
-        real = item >= 0  # (R, W)
-        out = model(
-            input_ids=inputs,
-            attention_mask=_block_mask(visible, item, cache_len, dtype),
-            position_ids=position,
-            past_key_values=row_cache,
-            use_cache=True,
-            logits_to_keep=real,
-        )
-        log_pi, _ = gather_logprobs(out.logits, targets[real])  # (N,), row-major over `real`
-        rest.index_add_(0, item[real], log_pi.to(torch.float64))
-        del out, row_cache
-
-    return [
-        (f + rest[b : b + f.numel()].view_as(f)).cpu() for f, b in zip(first, base, strict=True)
+    distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    rows = [
+        distinct.setdefault((tuple(s.prompt_ids), tuple(s.response_ids)), len(distinct))
+        for s in traces
     ]
+    encoded = encode_traces(
+        model,
+        [p for p, _ in distinct],
+        [r for _, r in distinct],
+        max_tokens_per_pass=max_tokens_per_pass,
+    )
+    queries = [
+        StateQuery(row, list(s.boundaries), s.continuations)
+        for row, s in zip(rows, traces, strict=True)
+    ]
+    return score_encoded(
+        model, encoded, queries, max_tokens_per_pass=max_tokens_per_pass, row_tokens=row_tokens
+    )
 
 
 def score_states(
@@ -297,8 +560,8 @@ def score_states(
     """S[k, m] = log π(c_m | x ⊕ τ[:b_k]) for k = 0 … K, m = 1 … M: a (K+1, M) float64 tensor.
 
     boundaries = [b_0 = 0, …, b_K = T]; state 0 is the bare prompt, state K the full trace.
-    Two forward passes (see the module docstring); `max_tokens_per_pass` splits the packed
-    continuations into chunks of at most that many tokens (one extra pass per chunk).
+    A constant number of forward passes (see the module docstring); `max_tokens_per_pass`
+    caps the tokens of each pass.
     """
     spec = TraceSpec(prompt_ids, response_ids, boundaries, continuations)
     return score_states_batch(model, [spec], max_tokens_per_pass=max_tokens_per_pass)[0]

@@ -126,6 +126,7 @@ def strip_eos(completion: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
 
 
 def _needs_scores(config: SegmentationConfig) -> bool:
+    """Does the segmentation strategy read token entropies or log-probs?"""
     return config.strategy in ("hybrid", "entropy_topq", "low_prob_cutpoints")
 
 
@@ -155,21 +156,42 @@ def segment_completions(
     batch: RolloutBatch,
     config: SegmentationConfig,
     eos_ids: Sequence[int],
+    *,
+    scores: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[list[SegmentedCompletion], int]:
     """Cut every completion of `batch` with the configured segmentation (METHOD.md §2).
 
     Entropies and log-probs come from one batched teacher-forced pass under the current policy,
-    run only when the strategy needs them. Returns the traces and the forward tokens spent.
+    run only when the strategy needs them, unless the caller hands them over: `scores` holds,
+    per row, (log π(τ_t | x ⊕ τ_<t), H_t) of the completion without its closing EOS (RREDCoT
+    reads them off its scorer's encoding pass). Returns the traces and the forward tokens spent.
     """
-    scores = _needs_scores(config)
-    logprobs, entropies, tokens = response_scores(policy, batch) if scores else (None, None, 0)
+    needed = _needs_scores(config)
+    if scores is not None and len(scores) != len(batch):
+        raise ValueError(f"scores: expected one (logprobs, entropies) per row ({len(batch)})")
+    logprobs, entropies, tokens = (
+        response_scores(policy, batch) if needed and scores is None else (None, None, 0)
+    )
+    texts_of: dict[int, str] = {}  # token id -> its text (decoding one token is slow)
     out = []
     for i in range(len(batch)):
         response = strip_eos(batch.completion(i), eos_ids)
-        texts = [tokenizer.decode([t], skip_special_tokens=False) for t in response]
+        for t in response:
+            if t not in texts_of:
+                texts_of[t] = tokenizer.decode([t], skip_special_tokens=False)
+        texts = [texts_of[t] for t in response]
         n = len(response)
-        h = entropies[i, :n].double().numpy() if scores else None
-        lp = logprobs[i, :n].double().numpy() if scores else None
+        h = lp = None
+        if needed and scores is not None:
+            lp, h = (x.double().numpy() for x in scores[i])
+            if len(lp) != n or len(h) != n:
+                raise ValueError(
+                    f"scores[{i}]: expected {n} log-probs and entropies (the completion "
+                    f"without its EOS), got {len(lp)} and {len(h)}"
+                )
+        elif needed:
+            h = entropies[i, :n].double().numpy()
+            lp = logprobs[i, :n].double().numpy()
         boundaries = segment(texts, h, lp, config) if n else [0]
         out.append(SegmentedCompletion(batch.prompt(i), response, [int(b) for b in boundaries]))
     return out, tokens

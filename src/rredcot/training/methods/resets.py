@@ -64,9 +64,9 @@ class ResetConfig:
     """SRPO: sampling temperature of the self-localization (0 = greedy)."""
     localization_max_new_tokens: int = 4096
     """SRPO: new-token budget of the self-localization."""
-    localization_unparsed: str = "first"
-    """SRPO: reset step when the output has no parseable N: first (step 1, the official code)
-    or middle (max(1, K // 2), as METHOD.md §6 states it)."""
+    localization_unparsed: str = "middle"
+    """SRPO: reset step when the output has no parseable N: middle (max(1, K // 2), as METHOD.md
+    §6 states it; the project's default) or first (step 1, what the official code does)."""
 
     def __post_init__(self) -> None:
         for name in ("max_fresh_attempts", "localization_max_new_tokens"):

@@ -22,13 +22,16 @@ from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.redistribution import raw_credit
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.references import reference_reasoning
+from rredcot.scoring.packed import encode_traces
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     Method,
     MethodOutput,
     RolloutBatch,
+    _needs_scores,
     mean_segments,
     segment_completions,
+    strip_eos,
 )
 
 
@@ -80,9 +83,32 @@ class RREDCoTMethod(Method):
     def sigmas(
         self, batch: RolloutBatch, policy: torch.nn.Module
     ) -> tuple[list[torch.Tensor], list[list[int]], int, dict[str, float]]:
-        """σ_i (K_i,) and boundaries of every row, forward tokens spent, and metrics."""
-        segs, tokens = segment_completions(
-            policy, self.tokenizer, batch, self.segmentation, self.eos_ids
+        """σ_i (K_i,) and boundaries of every row, forward tokens spent, and metrics.
+
+        One encoding pass serves both the segmentation (entropies) and the scorer (KV cache):
+        each distinct (prompt, response) is encoded once, each prompt once.
+        """
+        prompts = [batch.prompt(i) for i in range(len(batch))]
+        responses = [strip_eos(batch.completion(i), self.eos_ids) for i in range(len(batch))]
+        distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        rows = [
+            distinct.setdefault((tuple(p), tuple(r)), len(distinct))
+            for p, r in zip(prompts, responses, strict=True)
+        ]
+        encoded = encode_traces(
+            policy,
+            [p for p, _ in distinct],
+            [r for _, r in distinct],
+            max_tokens_per_pass=self.estimator.max_tokens_per_pass,
+        )
+        scores = encoded.token_scores(policy) if _needs_scores(self.segmentation) else None
+        segs, _ = segment_completions(
+            policy,
+            self.tokenizer,
+            batch,
+            self.segmentation,
+            self.eos_ids,
+            scores=None if scores is None else [scores[u] for u in rows],
         )
         # Under the terminal correction Φ_K cancels (σ_K = R − Φ_{K−1}), so the last state
         # s_K = x ⊕ τ is not scored: the trace is cut at b_{K−1}, one state in K+1 fewer.
@@ -90,10 +116,11 @@ class RREDCoTMethod(Method):
         # scored once.
         cut = self.estimator.return_equivalence == "terminal_correction"
         traces: list[Trace] = []
+        trace_rows: list[int] = []
         unique: dict[tuple, int] = {}
         which = []  # row i -> its trace in `traces`
         rewards = batch.rewards.tolist()
-        for s, row, r in zip(segs, batch.rows, rewards, strict=True):
+        for s, row, r, u in zip(segs, batch.rows, rewards, rows, strict=True):
             b = s.boundaries
             short = cut and len(b) > 2
             response, bounds = (s.response_ids[: b[-2]], b[:-1]) if short else (s.response_ids, b)
@@ -102,8 +129,18 @@ class RREDCoTMethod(Method):
             if key not in unique:
                 unique[key] = len(traces)
                 traces.append(Trace(s.prompt_ids, response, bounds, ref, float(r)))
+                trace_rows.append(u)
             which.append(unique[key])
-        results = rredcot_credit_batch(policy, self.tokenizer, self.task, traces, self.estimator)
+        results = rredcot_credit_batch(
+            policy,
+            self.tokenizer,
+            self.task,
+            traces,
+            self.estimator,
+            encoded=encoded,
+            encoded_rows=trace_rows,
+            seed=f"{batch.seed}/{batch.step}",
+        )
         sigmas = []
         for s, r, u in zip(segs, rewards, which, strict=True):
             phi = results[u].phi
@@ -117,7 +154,7 @@ class RREDCoTMethod(Method):
             "credit/sigma_abs_mean": float(torch.cat(sigmas).abs().mean()),
             "credit/scored_fraction": len(traces) / len(segs),
         }
-        tokens += sum(res.forward_tokens for res in results)
+        tokens = encoded.forward_tokens + sum(res.forward_tokens for res in results)
         return sigmas, [s.boundaries for s in segs], tokens, metrics
 
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:

@@ -57,6 +57,9 @@ ROW_TOKENS = 256
 PAD_SLACK = 0.15
 """A pass takes one more row while its padding stays within this fraction of its real tokens."""
 
+SPAN_SLACK = 0.5
+"""… and while the cache slots its rows attend over stay within this fraction of those needed."""
+
 
 @dataclass(frozen=True)
 class TraceSpec:
@@ -204,9 +207,11 @@ class EncodedTraces:
         return list(zip(lp_all.split(lengths), h_all.split(lengths), strict=True))
 
 
-def _length_buckets(lengths: Sequence[int], cap: int | None) -> list[list[int]]:
+def _length_buckets(
+    lengths: Sequence[int], cap: int | None, slack: float = PAD_SLACK
+) -> list[list[int]]:
     """Indices with length > 0, longest first, cut into passes: a pass takes the next index
-    while rows × widest stays within (1 + PAD_SLACK) × its real tokens and within `cap`."""
+    while rows × longest stays within (1 + slack) × its summed lengths and within `cap`."""
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
     passes: list[list[int]] = []
     real = 0
@@ -214,7 +219,7 @@ def _length_buckets(lengths: Sequence[int], cap: int | None) -> list[list[int]]:
         if passes:
             width = lengths[passes[-1][0]]
             rows = len(passes[-1]) + 1
-            fits_pad = rows * width <= (1 + PAD_SLACK) * (real + lengths[i])
+            fits_pad = rows * width <= (1 + slack) * (real + lengths[i])
             fits_cap = cap is None or rows * width <= cap
             if fits_pad and fits_cap:
                 passes[-1].append(i)
@@ -345,44 +350,63 @@ class _Row:
 
     trace: int
     blocks: tuple[_Block, ...]
-    width: int
+    width: int  # packed tokens
+    span: int  # trace tokens its latest state sees: P + max b
 
 
-def _pack_rows(queries: Sequence[StateQuery], row_tokens: int) -> list[_Row]:
-    """Blocks of each trace, in query/state/continuation order, greedily packed into rows of
-    at most `row_tokens` tokens (0: one row per (query, state))."""
-    rows: list[_Row] = []
-    by_trace: dict[int, list[tuple[_Block, int]]] = {}
+def _pack_rows(
+    queries: Sequence[StateQuery], prompt_lengths: Sequence[int], row_tokens: int
+) -> list[_Row]:
+    """Blocks of each trace, earliest state first, greedily packed into rows of at most
+    `row_tokens` tokens (0: one row per (query, state)). `prompt_lengths`: P of each trace."""
+    blocks: dict[int, list[tuple[int, _Block, int]]] = {}  # trace -> (b, block, tokens)
+    per_state: list[list[tuple[int, _Block, int]]] = []
     for q, query in enumerate(queries):
         for a, b in enumerate(query.states):
             state_blocks = [
-                (_Block(q, a, m, b), len(c) - 1)
+                (b, _Block(q, a, m, b), len(c) - 1)
                 for m, c in enumerate(query.continuations)
                 if len(c) > 1  # a one-token continuation is scored by its first token alone
             ]
             if row_tokens <= 0:
-                if state_blocks:
-                    width = sum(n for _, n in state_blocks)
-                    rows.append(_Row(query.trace, tuple(bl for bl, _ in state_blocks), width))
+                per_state.append(state_blocks)
             else:
-                by_trace.setdefault(query.trace, []).extend(state_blocks)
-    for trace, blocks in by_trace.items():
-        current: list[_Block] = []
-        width = 0
-        for block, n in blocks:
-            if current and width + n > row_tokens:
-                rows.append(_Row(trace, tuple(current), width))
-                current, width = [], 0
-            current.append(block)
-            width += n
-        if current:
-            rows.append(_Row(trace, tuple(current), width))
-    return rows
+                blocks.setdefault(query.trace, []).extend(state_blocks)
+    if row_tokens <= 0:
+        groups = [(queries[bl[0][1].query].trace, bl) for bl in per_state if bl]
+    else:
+        groups = []
+        for trace, items in blocks.items():
+            items.sort(key=lambda item: item[0])
+            current: list[tuple[int, _Block, int]] = []
+            for item in items:
+                if current and sum(n for *_, n in current) + item[2] > row_tokens:
+                    groups.append((trace, current))
+                    current = []
+                current.append(item)
+            if current:
+                groups.append((trace, current))
+    return [
+        _Row(
+            trace,
+            tuple(bl for _, bl, _ in items),
+            sum(n for *_, n in items),
+            prompt_lengths[trace] + max(b for b, *_ in items),
+        )
+        for trace, items in groups
+    ]
 
 
 def _plan_passes(rows: Sequence[_Row], cap: int | None) -> list[list[_Row]]:
-    """Rows widest first, cut into passes (`_length_buckets`: little padding, within `cap`)."""
-    return [[rows[i] for i in bucket] for bucket in _length_buckets([r.width for r in rows], cap)]
+    """Rows of similar width share a pass (`_length_buckets`: little padding, within `cap`);
+    a width bucket is split further into rows that see similar spans of their traces, since
+    every row attends over (and copies) the cache slots of the pass's longest span."""
+    passes = []
+    for bucket in _length_buckets([r.width for r in rows], cap):
+        spans = [rows[i].span for i in bucket]
+        for part in _length_buckets(spans, None, SPAN_SLACK):
+            passes.append([rows[bucket[j]] for j in part])
+    return passes
 
 
 @torch.inference_mode()
@@ -444,8 +468,10 @@ def score_encoded(
         base.append(flat)
         flat += len(query.states) * len(query.continuations)
     rest = torch.zeros(flat, dtype=torch.float64, device=device)  # Σ_{t≥1} log π(c_m,t)
-    for batch in _plan_passes(_pack_rows(queries, row_tokens), max_tokens_per_pass):
-        width = batch[0].width
+    for batch in _plan_passes(
+        _pack_rows(queries, [len(p) for p in encoded.prompt_ids], row_tokens), max_tokens_per_pass
+    ):
+        width = max(row.width for row in batch)
         n = len(batch)
         # Per token of the pass, row-major and padded: what it reads, predicts, where it sits.
         cols: dict[str, list[int]] = {k: [] for k in ("inputs", "targets", "position", "item")}

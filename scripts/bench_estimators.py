@@ -137,34 +137,39 @@ def main() -> None:
     # 2. RREDCoT vs MC at equal agreement
     table = pl.read_csv(args.results / "estimator_agreement.csv")
     row = table.filter(pl.col("estimator") == f"rredcot_{args.variant}").row(0, named=True)
-    target = row["spearman_mean"]
-    n_match = matching_mc_n(table, target)
     mc = table.filter(pl.col("family") == "mc").sort("n_rollouts")
     print(
-        f"\nAgreement with the MC ground truth (mean per-trace Spearman), {row['n_defined']} "
-        f"defined traces: RREDCoT {args.variant} {target:.3f}"
+        f"\nAgreement with the MC ground truth (mean per-trace Spearman; in brackets with flat "
+        f"estimates scored 0), {row['n_defined']} defined traces:"
+    )
+    print(
+        f"  RREDCoT {args.variant}: {row['spearman_mean']:.3f} "
+        f"({row['spearman_mean_flat_as_zero']:.3f})  {row['forward_tokens_per_trace']:9.0f} "
+        f"tokens/trace  {row['seconds_per_trace']:.4f} s/trace"
     )
     for r in mc.iter_rows(named=True):
         print(
-            f"  MC N={r['n_rollouts']:<3d} {r['spearman_mean']:.3f}  "
-            f"{r['forward_tokens_per_trace']:9.0f} tokens/trace  "
-            f"{r['seconds_per_trace']:.4f} s/trace"
+            f"  MC N={r['n_rollouts']:<3d} {r['spearman_mean']:.3f} "
+            f"({r['spearman_mean_flat_as_zero']:.3f})  {r['forward_tokens_per_trace']:9.0f} "
+            f"tokens/trace  {r['seconds_per_trace']:.4f} s/trace"
         )
-    for column, unit in (("forward_tokens_per_trace", "tokens"), ("seconds_per_trace", "s")):
-        ours = row[column]
-        if np.isfinite(n_match):
-            theirs = interpolate_cost(table, n_match, column)
-            print(
-                f"  MC needs N ≈ {n_match:.2f} to match; cost per trace MC/RREDCoT "
-                f"({unit}): {theirs:.4g}/{ours:.4g} = {theirs / ours:.1f}x"
-            )
-        else:
-            top = mc.row(-1, named=True)
-            print(
-                f"  no measured MC N reaches RREDCoT's agreement; MC N={top['n_rollouts']} "
-                f"costs {top[column] / ours:.1f}x RREDCoT ({unit}) and still agrees less "
-                f"({top['spearman_mean']:.3f})"
-            )
+    for column in ("spearman_mean", "spearman_mean_flat_as_zero"):
+        n_match = matching_mc_n(table, row[column], column)
+        print(f"  by {column}:")
+        for cost, unit in (("forward_tokens_per_trace", "tokens"), ("seconds_per_trace", "s")):
+            ours = row[cost]
+            if np.isfinite(n_match):
+                theirs = interpolate_cost(table, n_match, cost)
+                print(
+                    f"    MC needs N ≈ {n_match:.2f}; cost per trace MC/RREDCoT ({unit}): "
+                    f"{theirs:.4g}/{ours:.4g} = {theirs / ours:.2f}x"
+                )
+            else:
+                top = mc.row(-1, named=True)
+                print(
+                    f"    no measured MC N reaches it; MC N={top['n_rollouts']} costs "
+                    f"{top[cost] / ours:.2f}x RREDCoT ({unit}) and agrees less"
+                )
 
 
 if __name__ == "__main__":

@@ -2,12 +2,19 @@
 
     python scripts/bench_training.py                      # quick SFT base, then every method
     python scripts/bench_training.py --model results/models/sft --steps 8
+    python scripts/bench_training.py --methods grpo rredcot rredcot:2 rredcot:1 --repeats 3
 
 Each method trains from the same base with the same settings and seed (same batch shape:
 prompts × generations × max completion length) for `--warmup` + `--steps` optimizer steps; the
-warm-up steps are not timed. A step's time is TRL's `step_time` (generation, rewards, credit,
-forward and backward), read from the run's metrics.csv. The target of the paper is a RREDCoT
-step at most 1.3x a GRPO step (our `rredcot/grpo`); MC sampling should cost far more.
+warm-up steps are not timed. `rredcot:m` is RREDCoT with `suffixes: m` (m of the J reference
+suffixes importance-sampled per state) instead of all of them. With `--repeats R` every method
+runs R times, the methods interleaved, so a change in machine load hits them alike.
+
+A step's time is TRL's `step_time` (wall seconds: generation, rewards, credit, forward and
+backward), read from the run's metrics.csv, and the process's CPU seconds over the same step
+(less sensitive to other processes on a shared machine; with one thread CPU ≈ wall on an idle
+one). Reported: medians over all timed steps. The target of the paper is a RREDCoT step at most
+1.3x a GRPO step (our `rredcot/grpo`); MC sampling should cost far more.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world
 from rredcot.models.loading import load_model, load_tokenizer
@@ -49,11 +57,41 @@ def step_times(out: Path) -> list[dict[str, float]]:
         return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
 
 
+class CPUTime(TrainerCallback):
+    """CPU seconds of this process per optimizer step (on_step_begin → on_step_end)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 (HF's signature)
+        self._start = time.process_time()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 (HF's signature)
+        self.seconds.append(time.process_time() - self._start)
+
+
+def method_settings(spec: str) -> tuple[str, dict]:
+    """`rredcot:m` -> ("rredcot", {"rredcot": {"suffixes": m}}); any other name as is."""
+    name, _, m = spec.partition(":")
+    if not m:
+        return name, {}
+    if name != "rredcot":
+        raise ValueError(f"--methods: only rredcot takes ':m' (suffixes), got {spec!r}")
+    return name, {"rredcot": {"suffixes": int(m)}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", type=Path, help="base checkpoint (default: a quick SFT)")
     p.add_argument("--sft-steps", type=int, default=150)
-    p.add_argument("--methods", nargs="+", default=["grpo", "rredcot", "mc"])
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=["grpo", "rredcot", "mc"],
+        help="method names; rredcot:m = rredcot with suffixes m",
+    )
+    p.add_argument("--repeats", type=int, default=1, help="runs per method, interleaved")
     p.add_argument("--steps", type=int, default=4, help="timed steps per method")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per method")
     p.add_argument("--prompts", type=int, default=4, help="problems per step")
@@ -89,26 +127,52 @@ def main() -> None:
         f"{args.mc_rollouts}, L = {args.mc_budget}; {args.steps} timed steps after "
         f"{args.warmup} warm-up; {args.threads} thread(s)"
     )
-    mean: dict[str, float] = {}
-    for method in args.methods:
-        out = work / method
-        settings = TrainingSettings.from_dict({**common, "method": method})
-        train_policy(load_model(args.model), load_tokenizer(args.model), table, settings, out)
-        timed = step_times(out)[args.warmup :]
-        seconds = [r["time/step_seconds"] for r in timed]
-        mean[method] = statistics.mean(seconds)
-        credit = statistics.mean(r["credit/seconds"] for r in timed)
-        tokens = statistics.mean(r["credit/forward_tokens"] for r in timed)
-        length = statistics.mean(r["tokens/completion_mean"] for r in timed)
+    wall: dict[str, list[float]] = {m: [] for m in args.methods}
+    cpu: dict[str, list[float]] = {m: [] for m in args.methods}
+    credit: dict[str, list[float]] = {m: [] for m in args.methods}
+    tokens: dict[str, list[float]] = {m: [] for m in args.methods}
+    for repeat in range(args.repeats):
+        for spec in args.methods:
+            name, extra = method_settings(spec)
+            out = work / f"{spec.replace(':', '_')}-{repeat}"
+            settings = TrainingSettings.from_dict({**common, **extra, "method": name})
+            timer = CPUTime()
+            train_policy(
+                load_model(args.model),
+                load_tokenizer(args.model),
+                table,
+                settings,
+                out,
+                callbacks=[timer],
+            )
+            timed = step_times(out)[args.warmup :]
+            wall[spec] += [r["time/step_seconds"] for r in timed]
+            cpu[spec] += timer.seconds[args.warmup :]
+            credit[spec] += [r.get("credit/seconds", 0.0) for r in timed]
+            tokens[spec] += [r.get("credit/forward_tokens", 0.0) for r in timed]
+            print(
+                f"{spec:>10} run {repeat}: wall {statistics.median(wall[spec][-len(timed) :]):.3f} "
+                f"s/step, cpu {statistics.median(cpu[spec][-len(timed) :]):.3f} s/step",
+                flush=True,
+            )
+    print(f"{'method':>10} {'wall s/step':>12} {'cpu s/step':>11} {'credit s':>9} {'tokens':>8}")
+    med = {m: (statistics.median(wall[m]), statistics.median(cpu[m])) for m in args.methods}
+    for m in args.methods:
         print(
-            f"{method:>8}: {mean[method]:.3f} s/step (sd {statistics.pstdev(seconds):.3f}); "
-            f"credit {credit:.3f} s, {tokens:,.0f} forward tokens; mean completion "
-            f"{length:.1f} tokens"
+            f"{m:>10} {med[m][0]:>12.3f} {med[m][1]:>11.3f} {statistics.median(credit[m]):>9.3f} "
+            f"{statistics.median(tokens[m]):>8,.0f}"
         )
-    if "grpo" in mean and "rredcot" in mean:
-        print(f"rredcot / grpo step time: {mean['rredcot'] / mean['grpo']:.2f} (target <= 1.3)")
-    if "rredcot" in mean and "mc" in mean:
-        print(f"mc / rredcot step time: {mean['mc'] / mean['rredcot']:.2f}")
+    for m in args.methods:
+        if m.startswith("rredcot") and "grpo" in med:
+            print(
+                f"{m} / grpo step time: wall {med[m][0] / med['grpo'][0]:.2f}, cpu "
+                f"{med[m][1] / med['grpo'][1]:.2f} (target <= 1.3)"
+            )
+    if "rredcot" in med and "mc" in med:
+        print(
+            f"mc / rredcot step time: wall {med['mc'][0] / med['rredcot'][0]:.2f}, cpu "
+            f"{med['mc'][1] / med['rredcot'][1]:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import polars as pl
 import pytest
 
@@ -31,31 +26,6 @@ PROTOCOL = {
     "ci95_low",
     "ci95_high",
 }
-
-
-def snakemake(repo: Path, workdir: Path, *args: str, env: dict | None = None):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), *args]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def smoke_run(repo, mirror, tmp_path_factory):
-    """Run the default target and the aime24 table (from the mirror) on the smoke config."""
-    workdir = tmp_path_factory.mktemp("smoke")
-    env = {**os.environ, "RREDCOT_MIRROR": str(mirror), "HF_HUB_OFFLINE": "1"}
-    proc = snakemake(
-        repo,
-        workdir,
-        "--configfile",
-        str(repo / "configs" / "smoke.yaml"),
-        "--cores",
-        "2",
-        "all",
-        "results/aime24_table.csv",
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return workdir, proc
 
 
 def test_default_target_writes_a_table_per_benchmark(smoke_run):
@@ -111,22 +81,22 @@ def test_real_aime24_graded_offline_from_the_mirror(smoke_run):
     assert set(grades["status"].unique()) <= {"ok", "no_answer", "timeout", "error"}
 
 
-def test_rerun_is_a_no_op(smoke_run, repo):
+def test_rerun_is_a_no_op(smoke_run, repo, run_snakemake):
     workdir, _ = smoke_run
-    proc = snakemake(repo, workdir, "--configfile", str(repo / "configs/smoke.yaml"), "-n")
+    proc = run_snakemake(repo, workdir, "--configfile", str(repo / "configs/smoke.yaml"), "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
-def test_bad_config_stops_naming_the_key(repo, tmp_path):
+def test_bad_config_stops_naming_the_key(repo, tmp_path, run_snakemake):
     bad = tmp_path / "bad.yaml"
     smoke = (repo / "configs" / "smoke.yaml").read_text()
     bad.write_text(smoke.replace("samples_per_problem: 2", "samples_per_problem: 0"))
-    proc = snakemake(repo, tmp_path, "--configfile", str(bad), "-n")
+    proc = run_snakemake(repo, tmp_path, "--configfile", str(bad), "-n")
     assert proc.returncode != 0
     assert "evaluation.samples_per_problem" in proc.stdout + proc.stderr
 
 
-def test_lint_is_clean(repo):
-    proc = snakemake(repo, repo, "--lint")
+def test_lint_is_clean(repo, run_snakemake):
+    proc = run_snakemake(repo, repo, "--lint")
     assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from rredcot.credit.rredcot import (
     Trace,
     build_continuations,
     credit_from_scores,
+    draw_suffixes,
     join_at_state,
     packed_forward_tokens,
     rredcot_credit,
@@ -35,6 +37,7 @@ from rredcot.credit.rredcot import (
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring.logprobs import sequence_logprob_naive
+from rredcot.scoring.packed import encode_traces
 from rredcot.segmentation import keyword_boundaries
 from rredcot.tasks import get_task
 
@@ -244,7 +247,7 @@ def test_config_defaults_follow_method():
     cfg = RREDCoTConfig()
     assert (cfg.value, cfg.w_R, cfg.w_v) == ("ref_suffix_sum", 1.0, 1.0)
     assert cfg.return_equivalence == "terminal_correction"
-    assert cfg.end_with_eos is True and cfg.join == "line"
+    assert cfg.end_with_eos is True and cfg.join == "line" and cfg.suffixes == "all"
 
 
 @pytest.mark.parametrize(
@@ -258,11 +261,71 @@ def test_config_defaults_follow_method():
         ("end_with_eos", 1),
         ("join", "space"),
         ("max_tokens_per_pass", 0),
+        ("suffixes", 0),
+        ("suffixes", "some"),
+        ("suffixes", True),
+        ("suffixes", 1.5),
     ],
 )
 def test_config_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"estimator.rredcot.{field}"):
         RREDCoTConfig(**{field: value})
+
+
+def test_sampled_suffixes_only_for_the_suffix_sum():
+    assert RREDCoTConfig(suffixes=2).suffixes == 2
+    with pytest.raises(ValueError, match="suffixes.*ref_suffix_max"):
+        RREDCoTConfig(value="ref_suffix_max", suffixes=1)
+
+
+# --------------------------------------------------------------------------- sampled suffixes
+
+# K+1 = 3 states, J = 4 suffixes; log π(C*_j | s_k) by hand, one suffix impossible (−inf).
+TABLE = torch.tensor(
+    [
+        [LOG(0.01), LOG(0.02), LOG(0.05), LOG(0.1)],
+        [LOG(0.03), LOG(0.2), -math.inf, LOG(0.15)],
+        [LOG(0.3), LOG(0.25), LOG(0.1), LOG(0.02)],
+    ],
+    dtype=torch.float64,
+)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_sampled_suffix_sum_is_unbiased_by_enumeration(m):
+    """E_S[(J/m)·Σ_{j∈S} π(C*_j | s_k)] over all m-subsets S (each equally likely under a
+    uniform draw without replacement) is exactly Σ_j π(C*_j | s_k), at every state."""
+    answer = torch.full((3,), LOG(0.5), dtype=torch.float64)
+    full = value_estimate("ref_suffix_sum", ReferenceScores(answer, TABLE))
+    subsets = list(itertools.combinations(range(4), m))
+    estimates = torch.stack(
+        [
+            value_estimate(
+                "ref_suffix_sum",
+                ReferenceScores(answer, TABLE[:, list(s)], suffix_weight=4 / m),
+            )
+            for s in subsets
+        ]
+    )  # (subsets, K+1)
+    torch.testing.assert_close(estimates.mean(0), full, atol=1e-15, rtol=1e-12)
+    torch.testing.assert_close(full, torch.tensor([0.18, 0.38, 0.67], dtype=torch.float64))
+    if m < 4:  # the check has power: single draws miss the sum by a lot
+        assert (estimates - full).abs().max() > 0.1
+
+
+def test_draw_suffixes_is_uniform_seeded_and_complete_when_m_reaches_j():
+    assert draw_suffixes(3, 3, random.Random(0)) == (0, 1, 2)
+    assert draw_suffixes(3, 7, random.Random(0)) == (0, 1, 2)
+    a = [draw_suffixes(5, 2, random.Random(f"s/{i}")) for i in range(2000)]
+    assert a == [draw_suffixes(5, 2, random.Random(f"s/{i}")) for i in range(2000)]
+    assert all(len(s) == 2 and s[0] < s[1] for s in a)
+    counts = np.bincount([j for s in a for j in s], minlength=5) / len(a)
+    np.testing.assert_allclose(counts, 2 / 5, atol=0.04)  # P(j ∈ S) = m/J
+
+
+def test_reference_scores_refuse_a_weight_below_one():
+    with pytest.raises(ValueError, match="suffix_weight"):
+        ReferenceScores(torch.zeros(2), torch.zeros(2, 1), suffix_weight=0.5)
 
 
 def test_config_from_dict_refuses_unknown_keys():
@@ -593,8 +656,8 @@ def test_model_credit_cost_and_batching(model, tokenizer):
         Trace(*_trace(tokenizer, WRONG), ref, 0.0),
     ]
     batch = rredcot_credit_batch(model, tokenizer, task, traces)
-    for trace, got in zip(traces, batch, strict=True):
-        one = rredcot_credit(
+    alone = [
+        rredcot_credit(
             model,
             tokenizer,
             task,
@@ -604,15 +667,87 @@ def test_model_credit_cost_and_batching(model, tokenizer):
             ref,
             trace.reward,
         )
+        for trace in traces
+    ]
+    for got, one in zip(batch, alone, strict=True):
         torch.testing.assert_close(got.sigma, one.sigma, atol=1e-9, rtol=0)
-        assert got.forward_tokens == one.forward_tokens
-    # Cost by hand for the wrong trace: the state-0 spec is the bare prompt (P tokens, one row of
-    # the after-newline continuations); the main spec is x ⊕ τ with all 5 states of the others.
+        torch.testing.assert_close(got.phi, one.phi, atol=1e-9, rtol=0)
+    # Cost by hand for the wrong trace alone: x ⊕ τ encoded once; state 0 (the prompt ends with
+    # "\n") scores the after-newline continuations, states 1 … 4 the others.
     p, t = len(traces[1].prompt_ids), len(traces[1].response_ids)
     after = build_continuations(task, ref, tokenizer, state_ends_with_newline=True).all_ids()
     other = build_continuations(task, ref, tokenizer, state_ends_with_newline=False).all_ids()
-    expected = p + 1 * sum(len(c) - 1 for c in after) + p + t + 5 * sum(len(c) - 1 for c in other)
-    assert batch[1].forward_tokens == expected
+    state0 = sum(len(c) - 1 for c in after)
+    assert alone[1].forward_tokens == p + t + state0 + 4 * sum(len(c) - 1 for c in other)
+    # In one batch the prompt's encoding and state 0 are shared: counted at the first trace.
+    assert batch[0].forward_tokens == alone[0].forward_tokens
+    assert batch[1].forward_tokens == alone[1].forward_tokens - p - state0
+    # The two responses share their first step line, so s_1 = x ⊕ "d=a+b=3+8=1" is scored once;
+    # they differ in the second line ("=3" / "=4"), so s_2 is scored for each.
+    assert traces[0].boundaries[:3] == traces[1].boundaries[:3] == [0, 11, 23]
+    two = [Trace(tr.prompt_ids, tr.response_ids[:23], [0, 11, 23], ref, 0.0) for tr in traces]
+    assert two[0].response_ids != two[1].response_ids
+    pair = rredcot_credit_batch(model, tokenizer, task, two)
+    assert pair[1].forward_tokens == 23 + sum(len(c) - 1 for c in other)  # τ and s_2 only
+    assert pair[1].phi[:2].tolist() == pair[0].phi[:2].tolist()
+    assert abs(pair[1].phi[2].item() - pair[0].phi[2].item()) > 1e-6
+
+
+def test_model_credit_on_a_callers_encoding(model, tokenizer):
+    """The method encodes each response once (for its segmentation) and hands the encoding
+    over; traces may be cut short of the encoded response (terminal correction)."""
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    prompt_ids, response_ids, boundaries = _trace(tokenizer, WRONG)
+    encoded = encode_traces(model, [prompt_ids], [response_ids])
+    cut = Trace(prompt_ids, response_ids[: boundaries[-2]], boundaries[:-1], ref, 0.0)
+    got = rredcot_credit_batch(model, tokenizer, task, [cut], encoded=encoded, encoded_rows=[0])
+    want = rredcot_credit_batch(model, tokenizer, task, [cut])[0]
+    torch.testing.assert_close(got[0].phi, want.phi, atol=1e-9, rtol=0)
+    # the encoding is the caller's cost: only the continuations are counted here
+    assert got[0].forward_tokens == want.forward_tokens - len(prompt_ids) - boundaries[-2]
+    with pytest.raises(ValueError, match="encoded_rows"):
+        rredcot_credit_batch(model, tokenizer, task, [cut], encoded=encoded)
+    with pytest.raises(ValueError, match=r"encoded_rows\[0\]"):
+        rredcot_credit_batch(model, tokenizer, task, [cut], encoded=encoded, encoded_rows=[1])
+    other = Trace(prompt_ids, response_ids[1:], [0, len(response_ids) - 1], ref, 0.0)
+    with pytest.raises(ValueError, match="is not x ⊕ τ"):
+        rredcot_credit_batch(model, tokenizer, task, [other], encoded=encoded, encoded_rows=[0])
+
+
+def test_model_credit_with_sampled_suffixes(model, tokenizer):
+    """suffixes = m scores m of the J suffixes, the same j's at every state and for every trace
+    of the prompt, each exactly as the full scoring does, and weighs their sum by J/m."""
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    assert ref.num_segments == 3
+    traces = [
+        Trace(*_trace(tokenizer, SOLUTION), ref, 1.0),
+        Trace(*_trace(tokenizer, WRONG), ref, 0.0),
+    ]
+    full = rredcot_credit_batch(model, tokenizer, task, traces)
+    config = RREDCoTConfig(suffixes=1)
+    draws = set()
+    for seed in range(6):
+        sampled = rredcot_credit_batch(model, tokenizer, task, traces, config, seed=seed)
+        again = rredcot_credit_batch(model, tokenizer, task, traces, config, seed=seed)
+        assert sampled[0].suffix_columns == sampled[1].suffix_columns == again[0].suffix_columns
+        (j,) = sampled[0].suffix_columns
+        draws.add(j)
+        for got, all_j in zip(sampled, full, strict=True):
+            torch.testing.assert_close(
+                got.suffix_logprobs, all_j.suffix_logprobs[:, [j]], atol=1e-9, rtol=0
+            )
+            want_v = 3 * all_j.suffix_logprobs[:, j].exp()
+            torch.testing.assert_close(got.v_hat, want_v, atol=1e-12, rtol=1e-9)
+            torch.testing.assert_close(got.r_hat, all_j.r_hat, atol=1e-12, rtol=1e-9)
+        # cheaper: only one suffix per state
+        assert sampled[1].forward_tokens < full[1].forward_tokens
+    assert len(draws) > 1  # the seed moves the draw
+    every = rredcot_credit_batch(model, tokenizer, task, traces, RREDCoTConfig(suffixes=3))
+    for got, want in zip(every, full, strict=True):  # m = J: all of them, exact
+        assert got.suffix_columns == (0, 1, 2)
+        torch.testing.assert_close(got.phi, want.phi, atol=1e-12, rtol=0)
 
 
 def test_verbatim_join_scores_one_continuation_set(model, tokenizer):

@@ -26,7 +26,16 @@ from rredcot.scoring import (
     sequence_logprob_naive,
     token_logprobs,
 )
-from rredcot.scoring.packed import _plan_passes, _Row
+from rredcot.scoring.packed import (
+    StateQuery,
+    _Block,
+    _length_buckets,
+    _pack_rows,
+    _plan_passes,
+    _Row,
+    encode_traces,
+    score_encoded,
+)
 
 ARCH = {
     "hidden_size": 64,
@@ -231,8 +240,9 @@ def test_packed_matches_naive_property(model, vocab, data):
 @pytest.mark.parametrize("cap", [None, 10])
 def test_batch_of_traces_matches_single(model, vocab, cap):
     rng = random.Random(5)
+    shared = _ids(rng, 4, vocab)  # two traces of one prompt: its pass and state 0 are shared
     specs = [
-        TraceSpec(_ids(rng, 4, vocab), _ids(rng, 12, vocab), [0, 5, 12], [_ids(rng, 6, vocab)]),
+        TraceSpec(shared, _ids(rng, 12, vocab), [0, 5, 12], [_ids(rng, 6, vocab)]),
         TraceSpec(
             _ids(rng, 2, vocab),
             _ids(rng, 3, vocab),
@@ -240,16 +250,82 @@ def test_batch_of_traces_matches_single(model, vocab, cap):
             [_ids(rng, 1, vocab), _ids(rng, 4, vocab), _ids(rng, 9, vocab)],
         ),
         TraceSpec(_ids(rng, 7, vocab), [], [0], [_ids(rng, 2, vocab), _ids(rng, 5, vocab)]),
+        TraceSpec(shared, _ids(rng, 5, vocab), [0, 2, 5], [_ids(rng, 3, vocab)]),
     ]
     batched = score_states_batch(model, specs, max_tokens_per_pass=cap)
-    assert [tuple(s.shape) for s in batched] == [(3, 1), (4, 3), (1, 2)]
+    assert [tuple(s.shape) for s in batched] == [(3, 1), (4, 3), (1, 2), (3, 1)]
     for spec, scores in zip(specs, batched, strict=True):
         torch.testing.assert_close(scores, _naive_states(model, spec), atol=1e-5, rtol=0)
 
 
-def _count_forwards(model, fn) -> int:
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_queries_over_shared_prompts_match_naive_property(model, vocab, data):
+    """Several traces (some sharing a prompt), queries naming any states in any order, any row
+    width and cap: every score equals the naive one."""
+    rng = random.Random(data.draw(st.integers(0, 2**16), label="seed"))
+    prompts = [_ids(rng, data.draw(st.integers(1, 6), label="P"), vocab) for _ in range(2)]
+    traces = [
+        (prompts[data.draw(st.integers(0, 1), label="prompt")], _ids(rng, n, vocab))
+        for n in data.draw(st.lists(st.integers(0, 12), min_size=1, max_size=4), label="T")
+    ]
+    queries = []
+    for _ in range(data.draw(st.integers(1, 4), label="queries")):
+        i = data.draw(st.integers(0, len(traces) - 1), label="trace")
+        t = len(traces[i][1])
+        states = data.draw(st.lists(st.integers(0, t), min_size=1, max_size=4), label="b")
+        lengths = data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=3), label="|c|")
+        queries.append(StateQuery(i, states, [_ids(rng, n, vocab) for n in lengths]))
+    row_tokens = data.draw(st.sampled_from([0, 1, 5, 32, 1000]), label="row_tokens")
+    cap = data.draw(st.one_of(st.none(), st.integers(1, 16)), label="cap")
+    encoded = encode_traces(
+        model, [p for p, _ in traces], [r for _, r in traces], max_tokens_per_pass=cap
+    )
+    got = score_encoded(model, encoded, queries, max_tokens_per_pass=cap, row_tokens=row_tokens)
+    for query, table in zip(queries, got, strict=True):
+        prompt, response = traces[query.trace]
+        want = torch.tensor(
+            [
+                [
+                    sequence_logprob_naive(model, prompt + response[:b], c)
+                    for c in query.continuations
+                ]
+                for b in query.states
+            ],
+            dtype=torch.float64,
+        )
+        torch.testing.assert_close(table, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(("impl", "dtype", "atol"), VARIANTS)
+def test_encoded_token_scores_match_token_logprobs(vocab, impl, dtype, atol):
+    """The encoding's per-token log-probs and entropies (the segmentation's input) are those of
+    one plain teacher-forced pass, whatever the batch: shared prompts, other lengths, padding."""
+    model = _model(impl, dtype)
+    rng = random.Random(8)
+    prompt = _ids(rng, 5, vocab)
+    prompts = [prompt, prompt, _ids(rng, 2, vocab), prompt]
+    responses = [_ids(rng, 9, vocab), _ids(rng, 3, vocab), _ids(rng, 6, vocab), []]
+    encoded = encode_traces(model, prompts, responses)
+    assert encoded.forward_tokens == 5 + 2 + 9 + 3 + 6  # each distinct prompt once
+    assert encoded.hidden.shape[:2] == (4, 1 + 9)
+    scores = encoded.token_scores(model)
+    for (p, r), (lp, h) in zip(zip(prompts, responses, strict=True), scores, strict=True):
+        assert lp.shape == h.shape == (len(r),)
+        if not r:
+            continue
+        ids = torch.tensor([p + r])
+        want_lp, want_h = token_logprobs(model, ids, torch.ones_like(ids))
+        torch.testing.assert_close(lp, want_lp[0, len(p) - 1 :], atol=atol, rtol=0)
+        torch.testing.assert_close(h, want_h[0, len(p) - 1 :], atol=atol, rtol=0)
+
+
+def _count_passes(model, fn) -> int:
+    """Forward passes of the model body (the scorer runs the decoder and projects itself)."""
     calls = []
-    handle = model.register_forward_hook(lambda *_: calls.append(1))
+    handle = model.get_decoder().register_forward_hook(lambda *_: calls.append(1))
     try:
         fn()
     finally:
@@ -258,49 +334,69 @@ def _count_forwards(model, fn) -> int:
 
 
 @pytest.mark.parametrize(("num_segments", "num_continuations"), [(1, 1), (3, 2), (8, 5), (12, 7)])
-def test_forward_calls_constant_in_k_and_m(model, vocab, num_segments, num_continuations):
+def test_passes_do_not_grow_with_k_and_m(
+    model, vocab, num_segments, num_continuations, monkeypatch
+):
+    # Equal continuation lengths and no split by span: every row has the same width, so one
+    # continuation pass holds them all, after one prompt pass and one response pass.
+    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", math.inf)
     rng = random.Random(num_segments)
     response = _ids(rng, 30, vocab)
     boundaries = [0, *sorted(rng.sample(range(1, 30), num_segments - 1)), 30]
-    continuations = [_ids(rng, rng.randint(2, 9), vocab) for _ in range(num_continuations)]
-    calls = _count_forwards(
-        model,
-        lambda: score_states(model, _ids(rng, 4, vocab), response, boundaries, continuations),
-    )
-    assert calls == 2  # one trace pass + one continuation pass
+    continuations = [_ids(rng, 6, vocab) for _ in range(num_continuations)]
+    spec = TraceSpec(_ids(rng, 4, vocab), response, boundaries, continuations)
+    passes = _count_passes(model, lambda: score_states_batch(model, [spec], row_tokens=0))
+    assert passes == 3
 
 
-def test_forward_calls_with_cap_and_one_token_continuations(model, vocab):
+def test_passes_with_cap_and_one_token_continuations(model, vocab, monkeypatch):
+    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", math.inf)
     rng = random.Random(6)
     prompt, response = _ids(rng, 3, vocab), _ids(rng, 10, vocab)
     single = [[t] for t in _ids(rng, 4, vocab)]
-    assert (
-        _count_forwards(model, lambda: score_states(model, prompt, response, [0, 10], single)) == 1
-    )
-    # 11 states × 8 packed tokens each, at most 40 tokens per pass → 5 rows per pass → 3 passes.
+    # one-token continuations are read off the encoding: prompt pass + response pass only
+    assert _count_passes(model, lambda: score_states(model, prompt, response, [0, 10], single)) == 2
+    # 11 states × 2 blocks of 4 packed tokens; rows of ≤ 8 tokens hold one state each; at most
+    # 40 tokens per pass → 5 rows per pass → 3 continuation passes.
     conts = [_ids(rng, 5, vocab), _ids(rng, 5, vocab)]
-    bounds = list(range(11))
-    calls = _count_forwards(
-        model, lambda: score_states(model, prompt, response, bounds, conts, max_tokens_per_pass=40)
+    spec = TraceSpec(prompt, response, list(range(11)), conts)
+    passes = _count_passes(
+        model, lambda: score_states_batch(model, [spec], max_tokens_per_pass=40, row_tokens=8)
     )
-    assert calls == 1 + 3
+    assert passes == 2 + 3
 
 
-def test_split_continuations_and_plan_passes_hand_cases():
-    assert _split_continuations([0, 3, 4, 0, 2], None) == [[1, 2, 4]]
-    assert _split_continuations([0, 3, 4, 0, 2], 6) == [[1], [2, 4]]
-    assert _split_continuations([9, 1], 4) == [[0], [1]]  # too long for the cap: alone
-    assert _split_continuations([0, 0], None) == []
+def test_length_buckets_pack_rows_and_plan_passes_hand_cases(monkeypatch):
+    # longest first; a pass grows while rows × longest ≤ (1 + slack) × Σ lengths (and ≤ cap)
+    assert _length_buckets([4, 0, 4, 2, 6], None, 1.0) == [[4, 0, 2, 3]]
+    assert _length_buckets([4, 0, 4, 2, 6], None, 0.25) == [[4, 0], [2], [3]]
+    assert _length_buckets([4, 0, 4, 2, 6], None, 0.0) == [[4], [0, 2], [3]]
+    assert _length_buckets([4, 4, 4], 8, 0.0) == [[0, 1], [2]]
+    assert _length_buckets([9, 1], 4, 1.0) == [[0], [1]]  # longer than the cap: alone
+    assert _length_buckets([0, 0], None) == []
 
-    def row(width: int) -> _Row:
-        group = SimpleNamespace(inputs=torch.zeros(width))
-        return _Row(trace=0, state=0, group=group, visible=1)
+    # query 0: trace 0 at states b = 3 and 1; query 1: trace 1 at b = 0
+    queries = [
+        StateQuery(0, [3, 1], [[1, 2, 3], [4], [5, 6]]),  # blocks of 2, 0 (skipped), 1 tokens
+        StateQuery(1, [0], [[7, 8, 9, 9]]),  # one block of 3
+    ]
+    per_state = _pack_rows(queries, [5, 2], 0)
+    assert [(r.trace, r.width, r.span) for r in per_state] == [(0, 3, 8), (0, 3, 6), (1, 3, 2)]
+    assert per_state[0].blocks == (_Block(0, 0, 0, 3), _Block(0, 0, 2, 3))
+    packed = _pack_rows(queries, [5, 2], 4)  # trace 0's blocks, earliest state first, ≤ 4
+    assert [(r.trace, r.width, r.span) for r in packed] == [(0, 3, 6), (0, 3, 8), (1, 3, 2)]
+    assert packed[0].blocks == (_Block(0, 1, 0, 1), _Block(0, 1, 2, 1))
 
-    rows = [row(4), row(4), row(2), row(6)]
-    assert [len(p) for p in _plan_passes(rows, None)] == [4]
-    # (rows × widest) ≤ 12: [4, 4, 2] → 3 × 4 = 12; adding 6 → 4 × 6 > 12.
-    assert [len(p) for p in _plan_passes(rows, 12)] == [3, 1]
-    assert [len(p) for p in _plan_passes(rows, 5)] == [1, 1, 1, 1]
+    def row(width: int, span: int) -> _Row:
+        return _Row(trace=0, blocks=(), width=width, span=span)
+
+    monkeypatch.setattr("rredcot.scoring.packed.PAD_SLACK", 0.0)
+    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", 0.25)
+    rows = [row(4, 10), row(4, 40), row(2, 10), row(4, 12)]
+    # widths: [4, 4, 4] and [2]; spans of the first: 40 alone, then 12 with 10 (2 × 12 ≤ 27.5)
+    assert _plan_passes(rows, None) == [[rows[1]], [rows[3], rows[0]], [rows[2]]]
+    # cap 8: two rows of width 4 per pass at most: [4, 4] (spans 10, 40: split), [4], [2]
+    assert _plan_passes(rows, 8) == [[rows[1]], [rows[0]], [rows[3]], [rows[2]]]
     assert _plan_passes([], 5) == []
 
 
@@ -334,3 +430,22 @@ def test_packed_rejects_unsupported_attention_and_cap(model):
     with pytest.raises(ValueError, match="max_tokens_per_pass"):
         score_states_batch(model, [spec], max_tokens_per_pass=0)
     assert score_states_batch(model, []) == []
+
+
+def test_queries_and_encoding_reject_bad_input(model):
+    with pytest.raises(ValueError, match="states"):
+        StateQuery(0, [], [[1]])
+    with pytest.raises(ValueError, match="continuations"):
+        StateQuery(0, [0], [[1], []])
+    with pytest.raises(ValueError, match="prompt_ids/response_ids"):
+        encode_traces(model, [[1]], [[2], [3]])
+    with pytest.raises(ValueError, match="empty prompt"):
+        encode_traces(model, [[1], []], [[2], [3]])
+    encoded = encode_traces(model, [[1, 2]], [[3, 4, 5]])
+    with pytest.raises(ValueError, match=r"queries\[0\].trace"):
+        score_encoded(model, encoded, [StateQuery(1, [0], [[1, 2]])])
+    with pytest.raises(ValueError, match=r"queries\[0\].states"):
+        score_encoded(model, encoded, [StateQuery(0, [0, 4], [[1, 2]])])
+    with pytest.raises(ValueError, match="max_tokens_per_pass"):
+        score_encoded(model, encoded, [StateQuery(0, [0], [[1, 2]])], max_tokens_per_pass=0)
+    assert score_encoded(model, encoded, []) == []

@@ -190,6 +190,8 @@ def test_agreement_table_hand_computed() -> None:
     assert (good["n_defined"], good["undefined_flat_ground_truth"]) == (2, 1)
     assert bad["spearman_mean"] == pytest.approx(-1.0)
     assert (bad["n_defined"], bad["undefined_flat_estimate"]) == (1, 1)
+    assert bad["spearman_mean_flat_as_zero"] == pytest.approx(-0.5)  # (−1 + 0) / 2
+    assert good["spearman_mean_flat_as_zero"] == pytest.approx(1.0)
     assert good["forward_tokens_per_trace"] == 100 and good["seconds_per_trace"] == 0.5
     rho = per_trace_spearman(est, GT)
     assert rho.filter(pl.col("reason").is_null()).height == 3

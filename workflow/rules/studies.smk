@@ -2,6 +2,7 @@
 # the five artifacts (agreement, correlation, sweep, truncation, localization) with figures.
 
 STUDIES = config["studies"]
+MC = config["estimator"]["mc"]
 STUDY_SETTINGS = {
     "task": "synthetic",
     "seed": config["seed"],
@@ -15,6 +16,20 @@ STUDY_ESTIMATES = [
     "results/studies/estimates_mc.parquet",
     "results/studies/estimates_scored.parquet",
 ]
+# Each rule gets only the settings it reads, so changing one reruns only what depends on it.
+STUDY_KEYS = {
+    "study_traces": [
+        "split",
+        "max_traces",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "sweep",
+        "batch_size",
+    ],
+    "study_ground_truth": ["ground_truth", "batch_size"],
+    "study_mc": ["mc_n", "batch_size"],
+}
 STUDY_ANALYSIS = {
     "seed": config["seed"],
     "bootstrap_resamples": STUDIES["bootstrap_resamples"],
@@ -44,7 +59,7 @@ rule study_traces:
         settings=arg(
             {
                 **STUDY_SETTINGS,
-                "studies": STUDIES,
+                "studies": {k: STUDIES[k] for k in STUDY_KEYS["study_traces"]},
                 "segmentation": config["segmentation"],
             }
         ),
@@ -65,6 +80,8 @@ rule study_ground_truth:
         "results/logs/studies/study_ground_truth.log",
     benchmark:
         "results/benchmarks/studies/study_ground_truth.tsv"
+    # The longest job of the studies: start it before the estimators that run beside it.
+    priority: 10
     conda:
         CONDA_ENV
     threads: res("study_ground_truth", "cpus_per_task")
@@ -75,7 +92,11 @@ rule study_ground_truth:
     params:
         policy=lambda w: BASE_POLICY,
         settings=arg(
-            {**STUDY_SETTINGS, "studies": STUDIES, "mc": config["estimator"]["mc"]}
+            {
+                **STUDY_SETTINGS,
+                "studies": {k: STUDIES[k] for k in STUDY_KEYS["study_ground_truth"]},
+                "mc": {k: MC[k] for k in ("temperature", "top_p")},
+            }
         ),
     shell:
         "python -m rredcot.steps.study_ground_truth --policy {params.policy} "
@@ -104,7 +125,13 @@ rule study_mc:
     params:
         policy=lambda w: BASE_POLICY,
         settings=arg(
-            {**STUDY_SETTINGS, "studies": STUDIES, "mc": config["estimator"]["mc"]}
+            {
+                **STUDY_SETTINGS,
+                "studies": {k: STUDIES[k] for k in STUDY_KEYS["study_mc"]},
+                "mc": {
+                    k: MC[k] for k in ("budget", "truncation", "temperature", "top_p")
+                },
+            }
         ),
     shell:
         "python -m rredcot.steps.study_mc --policy {params.policy} "

@@ -665,7 +665,7 @@ def rredcot_credit_batch(
         return built[ref, kind]
 
     queries: list[Any] = []
-    shared: dict[tuple, int] = {}  # state-0 query of a (prompt, reference, suffix draw)
+    shared: dict[tuple, tuple[int, int]] = {}  # a state's (query, row) by what it is
     where: list[list[tuple[int, int]]] = []  # per trace, per state k: (query, row in it)
     path_tokens: list[list[int]] = []
     columns: list[tuple[int, ...]] = []
@@ -699,19 +699,16 @@ def rredcot_credit_batch(
             for k in states:
                 lengths[k] = len(conts.suffixes[0])
             cost = sum(len(c) - 1 for c in cols)
-            if 0 in states:  # state 0: the same for every trace of this prompt and reference
-                key = (group, kind, chosen)
-                if key not in shared:
-                    shared[key] = len(queries)
-                    queries.append(StateQuery(row, [0], cols))
-                    tokens[t] += cost
-                own[0] = (shared[key], 0)
-                states = states[1:]
-            if states:
-                for a, k in enumerate(states):
-                    own[k] = (len(queries), a)
-                queries.append(StateQuery(row, [b[k] for k in states], cols))
-                tokens[t] += cost * len(states)
+            new: list[int] = []  # prefix lengths b of states not scored yet
+            for k in states:
+                key = (group, tuple(trace.response_ids[: b[k]]), kind, chosen)
+                if key not in shared:  # a state seen before (e.g. s_0) is read off, not rescored
+                    shared[key] = (len(queries), len(new))
+                    new.append(b[k])
+                own[k] = shared[key]
+            if new:
+                queries.append(StateQuery(row, new, cols))
+                tokens[t] += cost * len(new)
         where.append(own)
         path_tokens.append(lengths)
 

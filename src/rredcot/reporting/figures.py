@@ -244,7 +244,9 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     right.plot([], [], color="gray", marker="x", linestyle=":", label="MC ground truth (dotted)")
     left.set_xlabel("requested segments K")
     left.set_ylabel("Spearman ρ of RREDCoT vs ground truth\n(mean over traces, 95% CI)")
-    left.set_ylim(-1.05, 1.05)
+    lows = table["ci95_low"].cast(pl.Float64).drop_nans().drop_nulls()
+    bottom = min(-0.25, float(lows.min()) - 0.05) if lows.len() else -1.05
+    left.set_ylim(max(bottom, -1.05), 1.05)
     left.axhline(0.0, color="black", linewidth=0.8)
     left.set_title("Agreement with MC ground truth")
     left.legend(title="segmentation strategy", frameon=False)
@@ -252,7 +254,7 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     right.set_ylabel("share of incorrect traces (0–1)")
     right.set_ylim(0, 1.05)
     right.set_title("Lowest-credit segment holds the first error (top-1)")
-    right.legend(frameon=False, fontsize=8)
+    right.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for ax in (left, right):
         ax.set_xticks(sorted(set(table["requested_segments"].to_list())))
     fig.tight_layout()

@@ -51,13 +51,13 @@ from rredcot.scoring.logprobs import _MAX_CHUNK_ELEMENTS, gather_logprobs
 
 SUPPORTED_ATTENTION: tuple[str, ...] = ("eager", "sdpa")
 
-ROW_TOKENS = 256
+ROW_TOKENS = 32
 """Default target width of a packed continuation row (tokens); see the module docstring."""
 
-PAD_SLACK = 0.15
+PAD_SLACK = 0.05
 """A pass takes one more row while its padding stays within this fraction of its real tokens."""
 
-SPAN_SLACK = 0.5
+SPAN_SLACK = 0.25
 """… and while the cache slots its rows attend over stay within this fraction of those needed."""
 
 
@@ -208,10 +208,12 @@ class EncodedTraces:
 
 
 def _length_buckets(
-    lengths: Sequence[int], cap: int | None, slack: float = PAD_SLACK
+    lengths: Sequence[int], cap: int | None, slack: float | None = None
 ) -> list[list[int]]:
     """Indices with length > 0, longest first, cut into passes: a pass takes the next index
-    while rows × longest stays within (1 + slack) × its summed lengths and within `cap`."""
+    while rows × longest stays within (1 + slack) × its summed lengths (slack None:
+    `PAD_SLACK`) and within `cap`."""
+    slack = PAD_SLACK if slack is None else slack
     order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
     passes: list[list[int]] = []
     real = 0

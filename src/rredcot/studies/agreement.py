@@ -9,6 +9,10 @@ traces are counted by reason, never scored:
 - `flat_ground_truth`: σ_gt is constant (e.g. every state of a sure-thing trace has V_gt = 1);
 - `flat_estimate`: σ_est is constant (e.g. MC with N = 1 often is).
 
+Leaving flat estimates out selects the traces where a coarse estimator (MC with small N) happens
+to vary, so `spearman_mean_flat_as_zero` also reports the mean with a flat estimate scored as
+ρ = 0 (no ordering information); flat ground truth and NaN stay excluded there too.
+
 `pooled_spearman` is one ρ over all (trace, segment) pairs of the traces where the estimator has
 no NaN: defined even when most traces are flat, but it mixes between-trace scale into the ranking.
 """
@@ -82,6 +86,14 @@ def pooled_spearman(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) ->
     return spearman(np.concatenate(xs), np.concatenate(ys))
 
 
+def _flat_as_zero_mean(rho: pl.DataFrame) -> float:
+    """Mean ρ over the defined traces plus the flat-estimate ones scored 0."""
+    values = rho.filter(pl.col("reason").is_null() | (pl.col("reason") == "flat_estimate"))
+    if values.height == 0:
+        return float("nan")
+    return float(values["spearman"].fill_nan(0.0).mean())
+
+
 def agreement_table(
     estimates: pl.DataFrame, ground_truth: pl.DataFrame, *, resamples: int, seed: int
 ) -> pl.DataFrame:
@@ -91,7 +103,8 @@ def agreement_table(
     n_rollouts, sigma, forward_tokens, backward_tokens, seconds); ground_truth: trace_index,
     sigma on the same segmentation. Columns: estimator, family, n_rollouts, spearman_mean,
     ci95_low, ci95_high, n_traces, n_defined, n_undefined, undefined_<reason> for each reason,
-    pooled_spearman, forward_tokens_per_trace, backward_tokens_per_trace, seconds_per_trace.
+    spearman_mean_flat_as_zero, pooled_spearman, forward_tokens_per_trace,
+    backward_tokens_per_trace, seconds_per_trace.
     """
     rho = per_trace_spearman(estimates, ground_truth)
     gt = dict(ground_truth.select("trace_index", "sigma").iter_rows())
@@ -113,6 +126,7 @@ def agreement_table(
                 "n_defined": r.height - len(reasons),
                 "n_undefined": len(reasons),
                 **{f"undefined_{k}": reasons.count(k) for k in UNDEFINED_REASONS},
+                "spearman_mean_flat_as_zero": _flat_as_zero_mean(r),
                 "pooled_spearman": pooled_spearman(
                     [(s, gt[t]) for t, s in mine.select("trace_index", "sigma").iter_rows()]
                 ),
@@ -132,6 +146,7 @@ def agreement_table(
         "n_defined": pl.Int64,
         "n_undefined": pl.Int64,
         **{f"undefined_{k}": pl.Int64 for k in UNDEFINED_REASONS},
+        "spearman_mean_flat_as_zero": pl.Float64,
         "pooled_spearman": pl.Float64,
         "forward_tokens_per_trace": pl.Float64,
         "backward_tokens_per_trace": pl.Float64,
@@ -140,13 +155,13 @@ def agreement_table(
     return pl.DataFrame(out, schema=schema)
 
 
-def matching_mc_n(table: pl.DataFrame, target: float) -> float:
-    """The MC N at which the mean Spearman reaches `target`, linear in log2 N between the
-    measured N (NaN when no measured N reaches it; the smallest N when all do)."""
+def matching_mc_n(table: pl.DataFrame, target: float, column: str = "spearman_mean") -> float:
+    """The MC N at which `column` (a mean Spearman) first reaches `target`, linear in log2 N
+    between the measured N (NaN when no measured N reaches it; the smallest N when all do)."""
     mc = (
-        table.filter((pl.col("family") == "mc") & pl.col("spearman_mean").is_not_nan())
+        table.filter((pl.col("family") == "mc") & pl.col(column).is_not_nan())
         .sort("n_rollouts")
-        .select("n_rollouts", "spearman_mean")
+        .select("n_rollouts", column)
         .rows()
     )
     if not mc or not np.isfinite(target):

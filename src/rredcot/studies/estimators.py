@@ -143,11 +143,11 @@ def rredcot_estimates(
     config: Any,
     *,
     estimator_names: Sequence[str] | None = None,
-    batch_traces: int = 1,
+    batch_traces: int = 64,
 ) -> pl.DataFrame:
     """σ of RREDCoT with each value variant (config's other settings), `batch_traces` traces
-    per `rredcot_credit_batch` call (1: the padding of a batch costs more than it saves on the
-    CPU). Traces without a reference get no row."""
+    per `rredcot_credit_batch` call (the time of a call is shared among its traces in proportion
+    to their forward tokens). Traces without a reference get no row."""
     from rredcot.credit.rredcot import Trace, rredcot_credit_batch
 
     names = (

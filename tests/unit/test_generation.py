@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rredcot.generation import (
     BackendUnavailableError,
@@ -19,48 +19,18 @@ from rredcot.generation import (
 )
 from rredcot.generation.hf import HFBackend, _GumbelSampler
 from rredcot.generation.vllm import completions_from_request_outputs
-from rredcot.models.tokenizer import build_byte_tokenizer
 
 PROMPTS = ["Compute 2+3.", "x", "A somewhat longer prompt, so that the batch is padded."]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """A model this small runs fastest on one thread, and the CI machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tokenizer = build_byte_tokenizer()
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config)
+def checkpoint(tiny_checkpoint: Callable[..., Path]) -> Path:
     # A checkpoint's own sampling defaults must not leak into the backend's sampling.
-    model.generation_config.do_sample = True
-    model.generation_config.temperature = 0.6
-    model.generation_config.top_k = 20
-    model.generation_config.repetition_penalty = 1.3
-    path = tmp_path_factory.mktemp("tiny_qwen3")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    defaults = {"do_sample": True, "temperature": 0.6, "top_k": 20, "repetition_penalty": 1.3}
+    return tiny_checkpoint("tiny_qwen3", max_position_embeddings=512, generation_config=defaults)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,7 +11,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rredcot.credit.mc import (
     MCConfig,
@@ -28,6 +27,8 @@ from rredcot.tasks import get_task
 TASK = get_task("synthetic")
 PROMPT = "a=1, b=2. c=a+b. d=c*b. Find d.\n"
 RESPONSE = "c=a+b=1+2=3\nd=c*b=3*2=6\nAnswer: 6."
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 GOLD = "6"
 CHARS = [0, 11, 23, len(RESPONSE)]  # a boundary before each "\n": K = 3
 
@@ -315,35 +316,9 @@ def test_token_to_char_boundaries_counts_characters_not_bytes() -> None:
 # --- a tiny random Qwen3 end to end --------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def tiny_backend(tmp_path_factory: pytest.TempPathFactory) -> HFBackend:
-    tokenizer = build_byte_tokenizer()
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    path: Path = tmp_path_factory.mktemp("mc_qwen3")
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+def tiny_backend(tiny_checkpoint: Callable[..., Path]) -> HFBackend:
+    path = tiny_checkpoint("mc_qwen3")
     return HFBackend.from_pretrained(str(path), batch_size=16, show_progress=False, device="cpu")
 
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import polars as pl
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rredcot.data.synthetic import WorldConfig, generate_split
 from rredcot.generation import Completion, SamplingParams, derive_seed
 from rredcot.generation.hf import HFBackend
-from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.references import (
     ReferenceReport,
     build_references,
@@ -233,26 +231,8 @@ def test_bad_tables(problems: pl.DataFrame) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_backend(tmp_path_factory: pytest.TempPathFactory) -> HFBackend:
-    tokenizer = build_byte_tokenizer()
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    path: Path = tmp_path_factory.mktemp("ref_qwen3")
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+def tiny_backend(tiny_checkpoint: Callable[..., Path]) -> HFBackend:
+    path = tiny_checkpoint("ref_qwen3")
     return HFBackend.from_pretrained(str(path), batch_size=16, show_progress=False, device="cpu")
 
 

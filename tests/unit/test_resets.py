@@ -56,17 +56,7 @@ SUFFIX = "d=c*a=1*3=3\nAnswer: 1."
 KEYWORD = SegmentationConfig(strategy="keyword", num_segments=None)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_byte_tokenizer()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from rredcot.data.synthetic import WorldConfig, generate_split
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.models.sft import SFTSettings, run_sft
 from rredcot.models.tiny import build_tiny_model
-from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Grade
 from rredcot.training import (
@@ -55,17 +54,7 @@ ROWS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_byte_tokenizer()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def digit_share(completions, **_):

@@ -3,43 +3,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from rredcot.reporting.figures import estimator_agreement_figure
-from rredcot.steps.cli import log, parser, require, setup
-from rredcot.steps.study_common import (
-    Timer,
-    main_segmentation,
-    read_estimates,
-    read_study_inputs,
-)
+from rredcot.steps.cli import log, require, setup
+from rredcot.steps.study_common import Timer, analysis_parser, read_analysis_inputs, write_table
 from rredcot.studies.agreement import agreement_table
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--traces", required=True, type=Path)
-    p.add_argument("--segmentations", required=True, type=Path)
-    p.add_argument("--ground-truth", required=True, type=Path)
-    p.add_argument("--estimates", required=True, nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--figure", required=True, type=Path)
-    args = p.parse_args()
+    args = analysis_parser(__doc__).parse_args()
     setup()
     seed, resamples = require(args.params, "seed", "bootstrap_resamples")
     with Timer("estimator_agreement"):
-        traces, segmentations = read_study_inputs(args.traces, args.segmentations)
-        seg = main_segmentation(segmentations)
-        rollouts = pl.read_parquet(args.ground_truth)
-        estimates = read_estimates(args.estimates)
-        gt = ground_truth_sigmas(traces, seg, rollouts)
-        first, second = split_half(traces, seg, rollouts)
+        inputs = read_analysis_inputs(args)
+        seg, rollouts = inputs.segmentation, inputs.rollouts
+        gt = ground_truth_sigmas(inputs.traces, seg, rollouts)
+        first, second = split_half(inputs.traces, seg, rollouts)
         n_gt = int(rollouts["rollout"].max()) + 1
         # The split half compares two independent halves of the ground truth with each other.
-        table = agreement_table(estimates, gt, resamples=resamples, seed=seed)
+        table = agreement_table(inputs.estimates, gt, resamples=resamples, seed=seed)
         half = agreement_table(
             first.with_columns(
                 estimator=pl.lit("ground_truth_split_half"),
@@ -59,8 +43,7 @@ def main() -> None:
             .otherwise(pl.lit(f"MC ground truth (N={n_gt})")),
             segmentation=pl.lit(seg["strategy"][0] + f" K={seg['requested_segments'][0]}"),
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.write_csv(args.out)
+        write_table(table, args.out)
         estimator_agreement_figure(table, args.figure, n_traces=seg.height)
     log.info(
         "wrote %s:\n%s",

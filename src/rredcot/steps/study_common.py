@@ -1,14 +1,18 @@
-"""What the study steps share (not a rule): loading the policy, its backend, and the inputs."""
+"""What the study steps share (not a rule): their command lines, loading the policy, its backend,
+and the inputs, so each step script stays a thin adapter of its rule."""
 
 from __future__ import annotations
 
+import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from rredcot.steps.cli import log
+from rredcot.steps.cli import log, parser, require, seed_everything, setup
+from rredcot.tasks import Task, get_task
 
 
 def load_policy(policy: str, dtype: str = "float32") -> tuple[Any, Any]:
@@ -90,3 +94,109 @@ def ground_truth_estimates(
         backward_tokens=pl.lit(0, dtype=pl.Int64),
         seconds=pl.lit(None, dtype=pl.Float64),
     )
+
+
+# --- steps that run the policy on the study traces (ground truth, MC, scored, sweep) -------------
+
+
+def policy_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line of a step that runs the policy on the study traces: `--policy`, `--traces`,
+    `--segmentations`, `--out` and `--threads` (besides `--params`)."""
+    p = parser(doc)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--traces", required=True, type=Path)
+    p.add_argument("--segmentations", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--threads", type=int, default=1)
+    return p
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    """A policy step after its start: arguments, task, seed, the values of the settings it asked
+    for (in order) and the study inputs."""
+
+    args: argparse.Namespace
+    task: Task
+    seed: int
+    settings: list[Any]
+    traces: pl.DataFrame
+    segmentations: pl.DataFrame
+
+
+def start_policy_step(p: argparse.ArgumentParser, *keys: str) -> PolicyStep:
+    """Parse the command line of `p`, log and cap threads, require `task`, `seed` and `keys` in
+    `--params` (all at once, so one error names every missing key), seed everything and read the
+    traces and segmentations."""
+    args = p.parse_args()
+    setup(args.threads)
+    task_name, seed, *settings = require(args.params, "task", "seed", *keys)
+    seed_everything(seed)
+    traces, segmentations = read_study_inputs(args.traces, args.segmentations)
+    return PolicyStep(args, get_task(task_name), seed, settings, traces, segmentations)
+
+
+def write_estimates(estimates: pl.DataFrame, out: Path, what: str) -> None:
+    """Write a long estimate table and log its mean forward tokens and total seconds per
+    estimator."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    estimates.write_parquet(out)
+    summary = estimates.group_by("estimator", maintain_order=True).agg(
+        pl.col("forward_tokens").mean(), pl.col("seconds").sum()
+    )
+    log.info("%s estimates (mean forward tokens, total seconds):\n%s", what, summary)
+
+
+# --- analysis steps on the estimates (agreement, correlation, localization) ----------------------
+
+
+def analysis_parser(doc: str) -> argparse.ArgumentParser:
+    """The command line of an analysis step: `--traces`, `--segmentations`, `--ground-truth`,
+    `--estimates` (one or more), `--out` and `--figure` (besides `--params`)."""
+    p = parser(doc)
+    p.add_argument("--traces", required=True, type=Path)
+    p.add_argument("--segmentations", required=True, type=Path)
+    p.add_argument("--ground-truth", required=True, type=Path)
+    p.add_argument("--estimates", required=True, nargs="+", type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--figure", required=True, type=Path)
+    return p
+
+
+@dataclass(frozen=True)
+class AnalysisInputs:
+    """What an analysis step reads: traces, the configured segmentation, the ground-truth
+    rollouts and the estimators' estimates (without the ground truth's)."""
+
+    traces: pl.DataFrame
+    segmentation: pl.DataFrame
+    rollouts: pl.DataFrame
+    estimates: pl.DataFrame
+
+
+def read_analysis_inputs(args: argparse.Namespace) -> AnalysisInputs:
+    """The inputs named on the command line of `analysis_parser`."""
+    traces, segmentations = read_study_inputs(args.traces, args.segmentations)
+    return AnalysisInputs(
+        traces,
+        main_segmentation(segmentations),
+        pl.read_parquet(args.ground_truth),
+        read_estimates(args.estimates),
+    )
+
+
+def load_estimates_with_ground_truth(
+    args: argparse.Namespace,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(traces, configured segmentation, estimates) with σ_gt as the rows of estimator
+    `ground_truth` ahead of the estimators' own."""
+    inputs = read_analysis_inputs(args)
+    gt = ground_truth_estimates(inputs.traces, inputs.segmentation, inputs.rollouts)
+    estimates = pl.concat([gt, inputs.estimates], how="vertical_relaxed")
+    return inputs.traces, inputs.segmentation, estimates
+
+
+def write_table(table: pl.DataFrame, out: Path) -> None:
+    """Write a result table as CSV, making its folder."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.write_csv(out)

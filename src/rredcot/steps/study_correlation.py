@@ -3,43 +3,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import polars as pl
-
 from rredcot.reporting.figures import correlation_heatmap
-from rredcot.steps.cli import log, parser, setup
+from rredcot.steps.cli import log, setup
 from rredcot.steps.study_common import (
     Timer,
-    ground_truth_estimates,
-    main_segmentation,
-    read_estimates,
-    read_study_inputs,
+    analysis_parser,
+    load_estimates_with_ground_truth,
+    write_table,
 )
 from rredcot.studies.agreement import correlation_matrix
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--traces", required=True, type=Path)
-    p.add_argument("--segmentations", required=True, type=Path)
-    p.add_argument("--ground-truth", required=True, type=Path)
-    p.add_argument("--estimates", required=True, nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--figure", required=True, type=Path)
-    args = p.parse_args()
+    args = analysis_parser(__doc__).parse_args()
     setup()
     with Timer("attribution_correlation"):
-        traces, segmentations = read_study_inputs(args.traces, args.segmentations)
-        seg = main_segmentation(segmentations)
-        rollouts = pl.read_parquet(args.ground_truth)
-        estimates = pl.concat(
-            [ground_truth_estimates(traces, seg, rollouts), read_estimates(args.estimates)],
-            how="vertical_relaxed",
-        )
+        _, _, estimates = load_estimates_with_ground_truth(args)
         matrix = correlation_matrix(estimates)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        matrix.write_csv(args.out)
+        write_table(matrix, args.out)
         correlation_heatmap(matrix, args.figure)
     log.info("wrote %s (%d estimators)", args.out, matrix.height)
 

@@ -3,37 +3,22 @@ of every study segmentation, kept one row per rollout."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from rredcot.generation.base import derive_seed
-from rredcot.steps.cli import log, parser, require, seed_everything, setup
-from rredcot.steps.study_common import Timer, load_backend, read_study_inputs
+from rredcot.steps.cli import log
+from rredcot.steps.study_common import Timer, load_backend, policy_parser, start_policy_step
 from rredcot.studies.rollouts import sample_rollouts
 from rredcot.studies.segmentations import distinct_states
-from rredcot.tasks import get_task
 
 GROUND_TRUTH_STREAM = 1  # derive_seed(seed, 1): the ground truth's rollouts, apart from MC-N's
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--traces", required=True, type=Path)
-    p.add_argument("--segmentations", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    setup(args.threads)
-    prm = args.params
-    task_name, seed, backend_name, studies, mc = require(
-        prm, "task", "seed", "backend", "studies", "mc"
-    )
-    seed_everything(seed)
-    task = get_task(task_name)
-    traces, segmentations = read_study_inputs(args.traces, args.segmentations)
-    states = distinct_states(segmentations)
+    step = start_policy_step(policy_parser(__doc__), "backend", "studies", "mc")
+    args, seed = step.args, step.seed
+    backend_name, studies, mc = step.settings
+    states = distinct_states(step.segmentations)
     gt = studies["ground_truth"]
     log.info(
         "ground truth: %d distinct states of %d traces x %d rollouts, budget %d",
@@ -48,8 +33,8 @@ def main() -> None:
 
         run = sample_rollouts(
             backend,
-            task,
-            traces,
+            step.task,
+            step.traces,
             states,
             n_rollouts=gt["n_rollouts"],
             budget=gt["budget"],

@@ -4,47 +4,28 @@ as reference rows; CSV and bar chart."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import polars as pl
-
 from rredcot.reporting.figures import error_localization_figure
-from rredcot.steps.cli import log, parser, require, setup
+from rredcot.steps.cli import log, require, setup
 from rredcot.steps.study_common import (
     Timer,
-    ground_truth_estimates,
-    main_segmentation,
-    read_estimates,
-    read_study_inputs,
+    analysis_parser,
+    load_estimates_with_ground_truth,
+    write_table,
 )
 from rredcot.studies.localization import localization_table, true_segments
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--traces", required=True, type=Path)
-    p.add_argument("--segmentations", required=True, type=Path)
-    p.add_argument("--ground-truth", required=True, type=Path)
-    p.add_argument("--estimates", required=True, nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--figure", required=True, type=Path)
-    args = p.parse_args()
+    args = analysis_parser(__doc__).parse_args()
     setup()
     seed, resamples = require(args.params, "seed", "bootstrap_resamples")
     with Timer("error_localization"):
-        traces, segmentations = read_study_inputs(args.traces, args.segmentations)
-        seg = main_segmentation(segmentations)
-        rollouts = pl.read_parquet(args.ground_truth)
-        estimates = pl.concat(
-            [ground_truth_estimates(traces, seg, rollouts), read_estimates(args.estimates)],
-            how="vertical_relaxed",
-        )
+        traces, seg, estimates = load_estimates_with_ground_truth(args)
         truth = true_segments(traces, seg)
         if truth.height == 0:
             log.warning("no incorrect trace with a known first error: the table has no rows")
         table = localization_table(estimates, truth, resamples=resamples, seed=seed)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.write_csv(args.out)
+        write_table(table, args.out)
         error_localization_figure(table, args.figure)
     counts = dict(truth.group_by("true_segment").len().sort("true_segment").rows())
     log.info("incorrect traces per true segment (0-based): %s", counts)

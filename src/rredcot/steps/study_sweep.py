@@ -9,36 +9,30 @@ import polars as pl
 
 from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.reporting.figures import segmentation_sweep_figure
-from rredcot.steps.cli import log, parser, require, seed_everything, setup
-from rredcot.steps.study_common import Timer, load_policy, read_study_inputs
+from rredcot.steps.cli import log
+from rredcot.steps.study_common import (
+    Timer,
+    load_policy,
+    policy_parser,
+    start_policy_step,
+    write_table,
+)
 from rredcot.studies.estimators import rredcot_estimates, rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas
 from rredcot.studies.segmentations import MAIN
 from rredcot.studies.sweep import sweep_table
-from rredcot.tasks import get_task
 
 
 def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--traces", required=True, type=Path)
-    p.add_argument("--segmentations", required=True, type=Path)
+    p = policy_parser(__doc__)
     p.add_argument("--ground-truth", required=True, type=Path)
-    p.add_argument("--out", required=True, type=Path)
     p.add_argument("--figure", required=True, type=Path)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    setup(args.threads)
-    prm = args.params
-    task_name, seed, rredcot, resamples, batch = require(
-        prm, "task", "seed", "rredcot", "bootstrap_resamples", "score_batch_traces"
-    )
-    seed_everything(seed)
-    task = get_task(task_name)
+    step = start_policy_step(p, "rredcot", "bootstrap_resamples", "score_batch_traces")
+    args, seed, task, traces = step.args, step.seed, step.task, step.traces
+    rredcot, resamples, batch = step.settings
     with Timer("segmentation_sweep"):
-        traces, segmentations = read_study_inputs(args.traces, args.segmentations)
-        sweep = segmentations.filter(pl.col("segmentation") != MAIN)
-        model, tokenizer = load_policy(args.policy, prm.get("dtype", "float32"))
+        sweep = step.segmentations.filter(pl.col("segmentation") != MAIN)
+        model, tokenizer = load_policy(args.policy, args.params.get("dtype", "float32"))
         config = RREDCoTConfig.from_dict(rredcot)
         name = rredcot_name(config.value)
         estimates = []
@@ -58,8 +52,7 @@ def main() -> None:
             resamples=resamples,
             seed=seed,
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.write_csv(args.out)
+        write_table(table, args.out)
         segmentation_sweep_figure(table, args.figure, estimator=name)
     log.info(
         "wrote %s:\n%s",

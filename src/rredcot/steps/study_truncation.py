@@ -9,7 +9,7 @@ import polars as pl
 
 from rredcot.reporting.figures import mc_truncation_figure
 from rredcot.steps.cli import log, parser, require, setup
-from rredcot.steps.study_common import Timer, main_segmentation
+from rredcot.steps.study_common import Timer, main_segmentation, write_table
 from rredcot.studies.segmentations import distinct_states
 from rredcot.studies.truncation import truncation_table
 
@@ -31,8 +31,7 @@ def main() -> None:
         table = truncation_table(
             rollouts, distinct_states(seg), budgets, resamples=resamples, seed=seed
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.write_csv(args.out)
+        write_table(table, args.out)
         mc_truncation_figure(table, args.figure)
     log.info(
         "wrote %s:\n%s",

@@ -1,16 +1,23 @@
-"""Packed vs naive state scoring on the embedded default's tiny Qwen3: wall time and tokens.
+"""Packed vs naive state scoring on the embedded default's tiny Qwen3: time and tokens.
 
-A realistic RREDCoT scoring job for one trace (METHOD.md §3): prompt ~40 tokens, response ~90
-tokens, K segments, M = 1 + J continuations (the answer-now continuation and J reference
-suffixes of ~20-90 tokens). The naive scorer runs one forward pass per (state, continuation);
-the packed scorer encodes the trace once and scores all continuations in one more pass.
-Prints a table; asserts nothing. Run: `python scripts/bench_scoring.py [--threads 1]`.
+1. A realistic RREDCoT scoring job for one trace (METHOD.md §3): prompt ~40 tokens, response
+   ~90 tokens, K segments, M = 1 + J continuations (the answer-now continuation and J reference
+   suffixes of ~20-90 tokens). The naive scorer runs one forward pass per (state,
+   continuation); the packed scorer encodes the trace once and scores all continuations in a
+   few more passes.
+2. A training step's job: G prompts × n responses (a GRPO batch; the responses of a prompt
+   share its continuations), K states each, scored in one call with several packed row widths
+   (`row_tokens`, the choice behind `rredcot.scoring.packed.ROW_TOKENS`).
+Times are the process's CPU seconds (median of `--repeats`), which a busy shared machine
+disturbs less than wall time. Prints tables; asserts nothing.
+Run: `python scripts/bench_scoring.py [--threads 1]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
 
 import torch
@@ -45,20 +52,43 @@ def packed_tokens(spec: TraceSpec) -> int:
 
 
 def timed(fn, repeats: int) -> float:
-    """Best wall time of `repeats` calls, seconds."""
-    best = float("inf")
+    """Median CPU seconds of `repeats` calls."""
+    seconds = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+        seconds.append(time.process_time() - start)
+    return statistics.median(seconds)
+
+
+def make_group_batch(
+    rng: random.Random, vocab: int, prompts: int, responses: int, num_segments: int, j: int
+) -> list[TraceSpec]:
+    """G prompts × n responses with the lengths of the embedded default's training batches:
+    prompt ~40, response 30-128, K states each; the continuations belong to the prompt."""
+    specs = []
+    for _ in range(prompts):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(35, 45))]
+        conts = [[rng.randrange(vocab) for _ in range(13)]]  # A ⊕ y* ⊕ close ⊕ EOS
+        conts += [
+            [rng.randrange(vocab) for _ in range(n)]
+            for n in sorted((rng.randint(20, 60) for _ in range(j)), reverse=True)
+        ]
+        for _ in range(responses):
+            t = rng.randint(30, 128)
+            inner = sorted(rng.sample(range(1, t), num_segments - 1))
+            response = [rng.randrange(vocab) for _ in range(inner[-1])]  # cut at b_{K−1}
+            specs.append(TraceSpec(prompt, response, [0, *inner], conts))
+    return specs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (best is kept)")
+    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (median kept)")
     parser.add_argument("--suffixes", type=int, default=4, help="J reference suffixes")
+    parser.add_argument("--prompts", type=int, default=4, help="G prompts of the batch job")
+    parser.add_argument("--responses", type=int, default=8, help="n responses per prompt")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -110,6 +140,19 @@ def main() -> None:
         f"3 traces (K = 4, 6, 8): one score_states call each {t_each:.4f} s, "
         f"one score_states_batch call {t_batch:.4f} s"
     )
+
+    group = make_group_batch(rng, vocab, args.prompts, args.responses, 4, args.suffixes)
+    tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in group) + sum(
+        s.num_states * sum(len(c) - 1 for c in s.continuations) for s in group
+    )
+    print(
+        f"\n{args.prompts} prompts x {args.responses} responses, states b_0 … b_3 of K = 4 "
+        f"(no sharing counted: {tokens:,} tokens); one score_states_batch call:"
+    )
+    print(f"{'row_tokens':>10} {'cpu s':>8}")
+    for row_tokens in (0, 16, 32, 64, 128, 256, 1024):
+        t = timed(lambda r=row_tokens: score_states_batch(model, group, row_tokens=r), args.repeats)
+        print(f"{row_tokens:>10} {t:>8.3f}")
 
 
 if __name__ == "__main__":

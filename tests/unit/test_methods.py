@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,9 +13,11 @@ from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring import response_entropies
+from rredcot.scoring.packed import encode_traces
 from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.training.methods import METHODS, RolloutBatch, build_method
+from rredcot.training.methods import rredcot as rredcot_method_module
 from rredcot.training.methods.base import response_scores, segment_completions, strip_eos
 from rredcot.training.methods.mc import fill_missing_values
 from rredcot.training.methods.rredcot import reference_path
@@ -144,6 +148,29 @@ def test_segment_completions_cut_lines_and_drop_the_eos(model, tokenizer):
     assert tokens > 0 and all(len(t.boundaries) == 3 for t in hybrid)
 
 
+def test_segment_completions_take_the_callers_scores(model, tokenizer):
+    """RREDCoT hands over the log-probs and entropies of its encoding pass: the cut is the one
+    the segmentation's own pass gives, and no pass runs."""
+    batch = make_batch(tokenizer)
+    eos = [tokenizer.eos_token_id]
+    config = SegmentationConfig(num_segments=2)
+    own, _ = segment_completions(model, tokenizer, batch, config, eos)
+    responses = [strip_eos(batch.completion(i), eos) for i in range(len(batch))]
+    prompts = [batch.prompt(i) for i in range(len(batch))]
+    scores = encode_traces(model, prompts, responses).token_scores(model)
+    given, tokens = segment_completions(model, tokenizer, batch, config, eos, scores=scores)
+    assert tokens == 0
+    assert [t.boundaries for t in given] == [t.boundaries for t in own]
+    # the scores really are used: flat entropies make the merge pick other pairs
+    flat = [(lp, torch.zeros_like(h)) for lp, h in scores]
+    assert segment_completions(model, tokenizer, batch, config, eos, scores=flat)[0] != given
+    with pytest.raises(ValueError, match="scores"):
+        segment_completions(model, tokenizer, batch, config, eos, scores=scores[:2])
+    with pytest.raises(ValueError, match=r"scores\[0\]"):
+        short = [(lp[:-1], h[:-1]) for lp, h in scores]
+        segment_completions(model, tokenizer, batch, config, eos, scores=short)
+
+
 def test_reference_path_of_a_row():
     task = get_task("synthetic")
     ref = reference_path(task, ROWS[0])
@@ -212,8 +239,31 @@ def test_rredcot_scores_identical_responses_once(model, tokenizer):
     torch.testing.assert_close(sigmas[0], sigmas[1])
     alone, _, alone_tokens, _ = m.sigmas(make_batch(tokenizer, responses=twice[1:]), model)
     torch.testing.assert_close(sigmas[1:], alone, atol=1e-6, rtol=1e-6)
-    # the duplicate costs its segmentation pass only, no scoring
-    assert tokens - alone_tokens == int(batch.prompt_mask[0].sum() + batch.completion_mask[0].sum())
+    # the duplicate costs nothing: each distinct response is encoded (and scored) once
+    assert tokens == alone_tokens
+
+
+def test_rredcot_with_sampled_suffixes_draws_per_step(model, tokenizer, monkeypatch):
+    """suffixes = 1: cheaper than all, and the draw is seeded by the run's seed and the step."""
+    sampled = method("rredcot", tokenizer, rredcot=RREDCoTConfig(suffixes=1))
+    every = method("rredcot", tokenizer)
+    batch = make_batch(tokenizer)
+    sigmas, _, tokens, _ = sampled.sigmas(batch, model)
+    again, _, _, _ = sampled.sigmas(batch, model)
+    _, _, all_tokens, _ = every.sigmas(batch, model)
+    assert tokens < all_tokens
+    for a, b in zip(sigmas, again, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    seeds = []
+    real = rredcot_method_module.rredcot_credit_batch
+
+    def spy(*args, **kwargs):
+        seeds.append(kwargs["seed"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rredcot_method_module, "rredcot_credit_batch", spy)
+    sampled.sigmas(dataclasses.replace(batch, step=7, seed=2), model)
+    assert seeds == ["2/7"]
 
 
 def test_rredcot_mixed_with_beta_zero_is_grpo(model, tokenizer):

@@ -679,9 +679,11 @@ def test_model_credit_cost_and_batching(model, tokenizer):
     other = build_continuations(task, ref, tokenizer, state_ends_with_newline=False).all_ids()
     state0 = sum(len(c) - 1 for c in after)
     assert alone[1].forward_tokens == p + t + state0 + 4 * sum(len(c) - 1 for c in other)
-    # In one batch the prompt's encoding and state 0 are shared: counted at the first trace.
+    # In one batch the prompt's encoding and the states both traces have are counted at the
+    # first: s_0 and s_1 = x ⊕ "d=a+b=3+8=1" (both responses start with that line).
     assert batch[0].forward_tokens == alone[0].forward_tokens
-    assert batch[1].forward_tokens == alone[1].forward_tokens - p - state0
+    shared_tokens = p + state0 + sum(len(c) - 1 for c in other)
+    assert batch[1].forward_tokens == alone[1].forward_tokens - shared_tokens
     # The two responses share their first step line, so s_1 = x ⊕ "d=a+b=3+8=1" is scored once;
     # they differ in the second line ("=3" / "=4"), so s_2 is scored for each.
     assert traces[0].boundaries[:3] == traces[1].boundaries[:3] == [0, 11, 23]
@@ -689,8 +691,12 @@ def test_model_credit_cost_and_batching(model, tokenizer):
     assert two[0].response_ids != two[1].response_ids
     pair = rredcot_credit_batch(model, tokenizer, task, two)
     assert pair[1].forward_tokens == 23 + sum(len(c) - 1 for c in other)  # τ and s_2 only
-    assert pair[1].phi[:2].tolist() == pair[0].phi[:2].tolist()
-    assert abs(pair[1].phi[2].item() - pair[0].phi[2].item()) > 1e-6
+    for a, b in (
+        (pair[0].answer_logprob, pair[1].answer_logprob),
+        (pair[0].suffix_logprobs, pair[1].suffix_logprobs),
+    ):
+        assert a[:2].tolist() == b[:2].tolist()  # read off the same scores
+        assert (a[2] - b[2]).abs().min() > 1e-3  # scored apart
 
 
 def test_model_credit_on_a_callers_encoding(model, tokenizer):

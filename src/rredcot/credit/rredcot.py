@@ -234,7 +234,8 @@ class RREDCoTConfig:
     join: str = "line"
     """How a continuation meets a state: line (start it on a new line) | verbatim (module doc)."""
     max_tokens_per_pass: int | None = None
-    """Cap on packed continuation tokens per forward pass (memory); None: no cap."""
+    """Cap on tokens per forward pass of the scorer, rows × width with padding (memory); None:
+    passes are cut by padding only."""
     suffixes: str | int = "all"
     """Reference suffixes scored per state: "all" (the J of them: exact) or a number m ≥ 1:
     m of the J drawn uniformly without replacement (the same for all states of a trace and all

@@ -17,7 +17,8 @@ A method is a small strategy object the one trainer (`CreditGRPOTrainer`) calls 
   `trainer.sample(prompt_ids)` draws one completion per given prompt with TRL's generator.
 
 The shared credit plumbing lives here too: `segment_completions` cuts every completion of a batch
-with the configured segmentation (entropies from one batched teacher-forced pass).
+with the configured segmentation (entropies from one batched teacher-forced pass, or from the
+caller's own pass when it has one).
 """
 
 from __future__ import annotations

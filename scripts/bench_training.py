@@ -135,6 +135,10 @@ def main() -> None:
         for spec in args.methods:
             name, extra = method_settings(spec)
             out = work / f"{spec.replace(':', '_')}-{repeat}"
+            if name in ("rrpo", "srpo"):  # their official loss: on-policy per-sequence mean
+                extra = {"loss_type": "grpo", "kl_beta": 0.0, **extra}
+                # the embedded default's localization budget (config.yaml training.resets)
+                extra.setdefault("resets", {"localization_max_new_tokens": 32})
             settings = TrainingSettings.from_dict({**common, **extra, "method": name})
             timer = CPUTime()
             train_policy(

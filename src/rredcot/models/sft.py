@@ -28,7 +28,6 @@ LR_SCHEDULERS: tuple[str, ...] = (
     "constant",
     "constant_with_warmup",
     "inverse_sqrt",
-    "warmup_stable_decay",
 )
 
 

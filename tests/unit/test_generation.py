@@ -5,20 +5,23 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
 
 from rredcot.generation import (
+    DEFAULT_BATCH_SIZE,
+    VLLM_DEFAULTS,
     BackendUnavailableError,
     Completion,
     SamplingParams,
+    backend_from_settings,
     derive_seed,
     get_backend,
 )
 from rredcot.generation.hf import HFBackend, _GumbelSampler
-from rredcot.generation.vllm import completions_from_request_outputs
+from rredcot.generation.vllm import VLLMBackend, completions_from_request_outputs
 
 PROMPTS = ["Compute 2+3.", "x", "A somewhat longer prompt, so that the batch is padded."]
 
@@ -329,3 +332,180 @@ def test_vllm_conversion_rejects_unexpected_outputs() -> None:
     no_logprobs = [SimpleNamespace(outputs=[_out(0, "a", [5], "length")])]
     with pytest.raises(ValueError, match="log-probs missing"):
         completions_from_request_outputs(no_logprobs, SamplingParams(logprobs=True), 2)
+
+
+# --- building a backend from a step's settings ----------------------------------------------
+
+
+class _FakeVLLM(ModuleType):
+    """Stands in for the vllm package: records what `LLM` and `SamplingParams` were given and
+    answers every prompt with n samples that end in EOS."""
+
+    EOS = 2
+
+    def __init__(self) -> None:
+        super().__init__("vllm")
+        self.llm_kwargs: list[dict] = []
+        self.sampling_kwargs: list[dict] = []
+        fake = self
+
+        class LLM:
+            def __init__(self, **kwargs) -> None:
+                fake.llm_kwargs.append(kwargs)
+
+            def get_tokenizer(self) -> SimpleNamespace:
+                return SimpleNamespace(eos_token_id=fake.EOS)
+
+            def generate(self, prompts, sampling_params, use_tqdm=True) -> list:
+                assert len(sampling_params) == len(prompts)
+                return [
+                    SimpleNamespace(
+                        outputs=[
+                            _out(s, f"p{p}s{s}", [10 + s, fake.EOS], "stop", None, [-0.5, -0.1])
+                            for s in range(sp["n"])
+                        ]
+                    )
+                    for p, sp in enumerate(sampling_params)
+                ]
+
+        def sampling_params(**kwargs) -> dict:
+            fake.sampling_kwargs.append(kwargs)
+            return kwargs
+
+        self.LLM = LLM
+        self.SamplingParams = sampling_params
+
+
+@pytest.fixture()
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> _FakeVLLM:
+    fake = _FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    return fake
+
+
+def test_vllm_settings_reach_llm_and_sampling_params(fake_vllm: _FakeVLLM) -> None:
+    settings = {
+        "backend": "vllm",
+        "seed": 5,
+        "dtype": "bfloat16",
+        "device": "auto",  # hf only: not a vllm.LLM argument
+        "batch_size": 64,  # hf only
+        "vllm": {
+            "tensor_parallel_size": 2,
+            "gpu_memory_utilization": 0.5,
+            "max_model_len": None,  # null: left to vLLM
+            "enforce_eager": True,  # not in VLLM_DEFAULTS: passed through unchanged
+        },
+    }
+    backend = backend_from_settings(settings, "Qwen/Qwen3-4B")
+    assert isinstance(backend, VLLMBackend)
+    assert fake_vllm.llm_kwargs == [
+        {
+            "model": "Qwen/Qwen3-4B",
+            "tensor_parallel_size": 2,
+            "seed": 5,
+            "dtype": "bfloat16",
+            "gpu_memory_utilization": 0.5,
+            "enable_prefix_caching": True,
+            "enforce_eager": True,
+        }
+    ]
+    params = SamplingParams(
+        n=3,
+        temperature=0.7,
+        top_p=0.9,
+        max_new_tokens=20,
+        seed=11,
+        stop_strings=("}",),
+        logprobs=True,
+    )
+    got = backend.generate(["a", "b"], params)
+    assert fake_vllm.sampling_kwargs == [
+        {
+            "n": 3,
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "max_tokens": 20,
+            "seed": derive_seed(11, p),  # one seed per prompt, derived from the call's seed
+            "stop": ["}"],
+            "include_stop_str_in_output": True,
+            "logprobs": 0,  # the sampled token's log-prob only
+        }
+        for p in range(2)
+    ]
+    assert [(c.prompt_index, c.sample_index) for c in got] == [
+        (p, s) for p in range(2) for s in range(3)
+    ]
+    assert got[4] == Completion(
+        1, 1, "p1s1", [11], "stop", 1, [-0.5]
+    )  # EOS and its log-prob dropped
+    backend.generate(["a"], SamplingParams(n=1))
+    assert fake_vllm.sampling_kwargs[-1]["logprobs"] is None
+    assert fake_vllm.sampling_kwargs[-1]["stop"] is None
+
+
+def test_vllm_defaults_without_a_vllm_block(fake_vllm: _FakeVLLM) -> None:
+    backend_from_settings({"backend": "vllm", "seed": 1}, "m")
+    assert fake_vllm.llm_kwargs == [
+        {
+            "model": "m",
+            "tensor_parallel_size": 1,
+            "seed": 1,
+            "dtype": "auto",  # null dtype: the checkpoint's own
+            "gpu_memory_utilization": 0.9,
+            "enable_prefix_caching": True,
+        }
+    ]
+    assert {k: v for k, v in VLLM_DEFAULTS.items() if v is not None}.items() <= (
+        fake_vllm.llm_kwargs[0].items()
+    )
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (4, r"evaluation\.vllm: expected a mapping"),
+        (["tensor_parallel_size", 2], r"evaluation\.vllm: expected a mapping"),
+        ({"seed": 3}, r"evaluation\.vllm: \['seed'\] are set from"),
+        ({"model": "x", "dtype": "half"}, r"evaluation\.vllm: \['dtype', 'model'\]"),
+    ],
+)
+def test_bad_vllm_block_is_named(fake_vllm: _FakeVLLM, block: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        backend_from_settings({"backend": "vllm", "seed": 0, "vllm": block}, "m")
+    assert fake_vllm.llm_kwargs == []  # rejected before any engine is built
+
+
+def test_backend_from_settings_without_vllm_gives_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'rredcot\[gpu\]'"):
+        backend_from_settings({"backend": "vllm", "seed": 0, "vllm": {}}, "Qwen/Qwen3-4B")
+
+
+def test_backend_from_settings_names_missing_and_unknown_backend() -> None:
+    with pytest.raises(ValueError, match=r"missing 'backend'"):
+        backend_from_settings({"seed": 0}, "m")
+    with pytest.raises(ValueError, match=r"allowed names are \['hf', 'vllm'\]"):
+        backend_from_settings({"backend": "sglang"}, "m")
+    with pytest.raises(ValueError, match=r"evaluation\.device"):
+        backend_from_settings({"backend": "hf", "device": 0}, "m")
+
+
+def test_hf_settings_choose_batch_size_device_and_dtype(checkpoint: Path) -> None:
+    # A vllm block is ignored by the hf backend; batch_size and dtype come from the settings.
+    settings = {"backend": "hf", "seed": 0, "batch_size": 3, "device": "cpu", "dtype": "bfloat16"}
+    hf = backend_from_settings({**settings, "vllm": {"x": 1}}, str(checkpoint))
+    assert isinstance(hf, HFBackend)
+    assert (hf.batch_size, hf.model.device.type, hf.model.dtype) == (3, "cpu", torch.bfloat16)
+    assert hf.show_progress
+    # The argument wins over the settings; "auto" picks CUDA when present; null dtype = "auto".
+    auto = {"backend": "hf", "batch_size": 3, "device": "auto", "dtype": None}
+    hf = backend_from_settings(auto, str(checkpoint), batch_size=5, show_progress=False)
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert (hf.batch_size, hf.model.device.type, hf.show_progress) == (5, expected, False)
+    assert hf.model.dtype == torch.float32  # the checkpoint's own dtype
+    assert backend_from_settings({"backend": "hf"}, str(checkpoint)).batch_size == (
+        DEFAULT_BATCH_SIZE
+    )

@@ -345,7 +345,9 @@ def test_a_short_run_changes_the_policy(base, tmp_path, method):
     path, table = base
     model = load_model(path)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    summary = train_policy(model, load_tokenizer(path), table, run_settings(method), tmp_path)
+    # 4 groups of 8: enough that some group has a reward spread (GRPO learns nothing otherwise)
+    settings_ = run_settings(method, prompts_per_step=4, num_generations=8)
+    summary = train_policy(model, load_tokenizer(path), table, settings_, tmp_path)
     assert summary["steps"] == 2
     rows = metrics_rows(tmp_path)
     assert [int(r["step"]) for r in rows] == [1, 2]

@@ -15,7 +15,11 @@ if SRC not in sys.path:
 shell.prefix(f'export PYTHONPATH="{SRC}${{{{PYTHONPATH:+:$PYTHONPATH}}}}"; ')
 
 from rredcot.config import load_schema, validate_config  # noqa: E402
-from rredcot.data.registry import KNOWN_BENCHMARKS, registry_entry  # noqa: E402
+from rredcot.data.registry import (  # noqa: E402
+    KNOWN_BENCHMARKS,
+    KNOWN_TRAINING_SETS,
+    registry_entry,
+)
 
 SCHEMA = "../schemas/config.schema.yaml"
 # Our own check first: it names the offending key and what is allowed.
@@ -25,17 +29,34 @@ validate_config(
 )
 validate(config, SCHEMA)
 
-CONDA_ENV = "../../envs/rredcot.yaml"
+# Every job's conda environment under `--use-conda`: the CPU one, or envs/rredcot-gpu.yaml
+# (CUDA torch, vLLM, DeepSpeed) on GPU nodes. Relative to this file, as `conda:` wants it.
+if not (Path(workflow.basedir) / config["conda_env"]).is_file():
+    _envs = sorted(
+        f"envs/{p.name}" for p in Path(workflow.basedir, "envs").glob("*.yaml")
+    )
+    raise ValueError(
+        f"config key 'conda_env': {config['conda_env']!r} is not a file of the repository; "
+        f"choose one of {_envs}"
+    )
+CONDA_ENV = f"../../{config['conda_env']}"
 WORLD_SPLITS = list(config["world"]["splits"])
+WORLD_TABLES = ["train", *WORLD_SPLITS]
 BASE_METHOD = "base"
 TRAINING_METHODS = list(config["training"]["methods"])
+# The base policy all jobs start from: the tiny model SFT-ed here, or `model.name_or_path`
+# fetched (at `model.revision`) into the same directory, so no rule downstream tells them apart
+# and compute nodes never need the Hub.
+BASE_MODEL = "results/models/base"
+# The problems RL trains on: a world table or a registry training set (numina_cot, open_rs).
+TRAIN_DATA = config["data"].get("train", "train")
 
 
 wildcard_constraints:
     seed=r"\d+",
     method=r"[a-z0-9_]+",
     benchmark=r"[a-z0-9_]+",
-    split="|".join(["train", *WORLD_SPLITS]),
+    split="|".join([*WORLD_TABLES, *KNOWN_BENCHMARKS, *KNOWN_TRAINING_SETS]),
 
 
 def arg(value) -> str:
@@ -56,6 +77,21 @@ def is_world_split(benchmark: str) -> bool:
     return benchmark in WORLD_SPLITS
 
 
+def problem_table(name: str) -> str:
+    """The normalized parquet of a problem set: a world table, a registry benchmark, or a
+    registry training set."""
+    if name in WORLD_TABLES:
+        return f"results/data/world/{name}.parquet"
+    if name in KNOWN_BENCHMARKS:
+        return f"results/data/benchmarks/{name}.parquet"
+    if name in KNOWN_TRAINING_SETS:
+        return f"results/data/train/{name}.parquet"
+    raise ValueError(
+        f"unknown problem set '{name}': not a world table {WORLD_TABLES}, a registry benchmark "
+        f"{list(KNOWN_BENCHMARKS)} or a registry training set {list(KNOWN_TRAINING_SETS)}"
+    )
+
+
 def benchmark_data(wildcards):
     """The normalized parquet of a benchmark: a world split or a prepared registry benchmark."""
     b = wildcards.benchmark
@@ -69,8 +105,19 @@ def benchmark_data(wildcards):
     )
 
 
-def task_of(benchmark: str) -> str:
-    return "synthetic" if is_world_split(benchmark) else registry_entry(benchmark).task
+for _key, _name in (
+    ("data.train", TRAIN_DATA),
+    ("studies.split", config["studies"]["split"]),
+):
+    try:
+        problem_table(_name)
+    except ValueError as err:
+        raise ValueError(f"config key '{_key}': {err}") from None
+
+
+def task_of(name: str) -> str:
+    """The task format (prompt, grading) of a problem set."""
+    return "synthetic" if name in WORLD_TABLES else registry_entry(name).task
 
 
 def uses_tiny_model() -> bool:
@@ -78,9 +125,9 @@ def uses_tiny_model() -> bool:
 
 
 def policy_input(wildcards):
-    """The checkpoint a (method, seed) is evaluated with, when the workflow builds it."""
+    """The checkpoint a (method, seed) is evaluated with."""
     if wildcards.method == BASE_METHOD:
-        return {"model": "results/models/base"} if uses_tiny_model() else {}
+        return {"model": BASE_MODEL}
     if wildcards.method in TRAINING_METHODS:
         return {"model": f"results/train/{wildcards.method}/seed{wildcards.seed}/final"}
     raise ValueError(
@@ -89,8 +136,6 @@ def policy_input(wildcards):
 
 
 def policy_path(wildcards) -> str:
-    if wildcards.method == BASE_METHOD and not uses_tiny_model():
-        return config["model"]["name_or_path"]
     return policy_input(wildcards)["model"]
 
 
@@ -98,7 +143,19 @@ def eval_settings(benchmark: str) -> dict:
     """Evaluation settings of one benchmark: the defaults with its per-benchmark overrides."""
     ev = {k: v for k, v in config["evaluation"].items() if k != "per_benchmark"}
     ev.update(config["evaluation"]["per_benchmark"].get(benchmark, {}))
+    ev["dtype"] = ev.get("dtype") or config["model"]["dtype"]
     return ev
+
+
+def generation_backend(dtype: str | None = None) -> dict:
+    """The settings a generating step needs to build its backend (`evaluation` block)."""
+    ev = config["evaluation"]
+    return {
+        "backend": ev["backend"],
+        "vllm": ev["vllm"],
+        "device": ev["device"],
+        "dtype": dtype or ev["dtype"] or config["model"]["dtype"],
+    }
 
 
 def methods_and_seeds() -> list[tuple[str, int]]:
@@ -112,8 +169,14 @@ def training_settings(method: str, seed: int) -> dict:
     shared segmentation and estimator blocks (so studies and training use one definition).
     """
     tr = config["training"]
+    launch_keys = (
+        "accelerate",
+        "num_processes",
+    )  # how the run is launched, not what it does
     settings = {
-        k: v for k, v in tr.items() if k not in ("methods", "seeds", "per_method", "mc")
+        k: v
+        for k, v in tr.items()
+        if k not in ("methods", "seeds", "per_method", "mc", *launch_keys)
     }
     if method in ("rrpo", "srpo"):
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
@@ -122,7 +185,7 @@ def training_settings(method: str, seed: int) -> dict:
     settings.update(
         method=method,
         seed=seed,
-        task="synthetic",
+        task=task_of(TRAIN_DATA),
         reference_column="reference",
         segmentation=config["segmentation"],
         rredcot=config["estimator"]["rredcot"],
@@ -131,9 +194,25 @@ def training_settings(method: str, seed: int) -> dict:
     return settings
 
 
+def training_launcher(method: str, seed: int) -> str:
+    """`python -m`, or `accelerate launch --config_file ... -m` with `training.accelerate` and
+    `training.num_processes`; each run gets its own rendezvous port, so runs can share a node.
+    """
+    from rredcot.training.launch import accelerate_command
+
+    tr = config["training"]
+    runs = [(m, s) for m in TRAINING_METHODS for s in tr["seeds"]]
+    port = 29500 + runs.index((method, seed)) if tr["accelerate"] else None
+    precision = ("bf16" if tr["bf16"] else "no") if tr["accelerate"] else None
+    argv = accelerate_command(
+        tr["accelerate"], tr["num_processes"], port, mixed_precision=precision
+    )
+    return " ".join(shlex.quote(a) for a in argv)
+
+
 def training_problems(wildcards) -> str:
     """Train problems with their verified reference solution (column `reference`)."""
-    return "results/references/train.parquet"
+    return f"results/references/{TRAIN_DATA}.parquet"
 
 
 def training_summaries(wildcards) -> list[str]:
@@ -160,6 +239,16 @@ STUDY_ARTIFACTS = (
 )
 
 
+def study_artifacts() -> list[str]:
+    """The study artifacts this config asks for: none when `studies.enabled` is false; error
+    localization only on a world split (only its step checker knows the first wrong step).
+    """
+    if not config["studies"]["enabled"]:
+        return []
+    world = config["studies"]["split"] in WORLD_TABLES
+    return [a for a in STUDY_ARTIFACTS if world or a != "error_localization"]
+
+
 def all_targets() -> list[str]:
     training = ["results/main_table.csv"]
     if TRAINING_METHODS:
@@ -172,8 +261,8 @@ def all_targets() -> list[str]:
         [f"results/{b}_table.csv" for b in config["benchmarks"]]
         + training
         + [
-            "results/references/train.parquet",
-            *[f"results/{a}.csv" for a in STUDY_ARTIFACTS],
-            *[f"results/figures/{a}.png" for a in STUDY_ARTIFACTS],
+            f"results/references/{TRAIN_DATA}.parquet",
+            *[f"results/{a}.csv" for a in study_artifacts()],
+            *[f"results/figures/{a}.png" for a in study_artifacts()],
         ]
     )

@@ -12,6 +12,7 @@ rule synthetic_world:
         "results/benchmarks/synthetic_world.tsv"
     conda:
         CONDA_ENV
+    threads: res("synthetic_world", "cpus_per_task")
     resources:
         mem_mb=res("synthetic_world", "mem_mb"),
         runtime=res("synthetic_world", "runtime"),
@@ -32,13 +33,45 @@ rule prepare_benchmark:
         "results/benchmarks/prepare_benchmark/{benchmark}.tsv"
     wildcard_constraints:
         benchmark="|".join(KNOWN_BENCHMARKS),
+    localrule: True  # small downloads; compute nodes of a cluster may not reach the Hub
     conda:
         CONDA_ENV
+    threads: res("prepare_benchmark", "cpus_per_task")
     resources:
         mem_mb=res("prepare_benchmark", "mem_mb"),
         runtime=res("prepare_benchmark", "runtime"),
     params:
-        data=arg(config["data"]),
+        data=arg({k: config["data"][k] for k in ("mirror", "max_malformed_fraction")}),
     shell:
-        "python -m rredcot.steps.prepare_benchmark --benchmark {wildcards.benchmark} "
+        "python -m rredcot.steps.prepare_benchmark --dataset {wildcards.benchmark} "
+        "--params {params.data} --out {output.table} > {log} 2>&1"
+
+
+rule prepare_training_set:
+    output:
+        table="results/data/train/{dataset}.parquet",
+    log:
+        "results/logs/prepare_training_set/{dataset}.log",
+    benchmark:
+        "results/benchmarks/prepare_training_set/{dataset}.tsv"
+    wildcard_constraints:
+        dataset="|".join(KNOWN_TRAINING_SETS),
+    localrule: True  # reads the Hub (or the mirror); compute nodes may not reach the Hub
+    conda:
+        CONDA_ENV
+    threads: res("prepare_training_set", "cpus_per_task")
+    resources:
+        mem_mb=res("prepare_training_set", "mem_mb"),
+        runtime=res("prepare_training_set", "runtime"),
+    params:
+        data=arg(
+            {
+                "mirror": config["data"]["mirror"],
+                "max_malformed_fraction": config["data"]["max_malformed_fraction"],
+                "max_problems": config["data"].get("train_max_problems"),
+                "seed": config["seed"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.prepare_benchmark --dataset {wildcards.dataset} "
         "--params {params.data} --out {output.table} > {log} 2>&1"

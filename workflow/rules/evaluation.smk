@@ -46,6 +46,7 @@ rule grade:
         "results/benchmarks/grade/{method}/seed{seed}/{benchmark}.tsv"
     conda:
         CONDA_ENV
+    threads: res("grade", "cpus_per_task")
     resources:
         mem_mb=res("grade", "mem_mb"),
         runtime=res("grade", "runtime"),

@@ -1,15 +1,11 @@
-# Reference solutions: a verified U* for every problem of a world split (the training problems,
+# Reference solutions: a verified U* for every problem of a problem set (the training problems,
 # and the study split), from the dataset or sampled from the base policy.
-
-# The base policy: a checkpoint the workflow builds (tiny model) or a Hub id / directory.
-BASE_POLICY = config["model"]["name_or_path"] or "results/models/base"
-BASE_POLICY_INPUT = {"model": "results/models/base"} if uses_tiny_model() else {}
 
 
 rule reference_solutions:
     input:
-        **BASE_POLICY_INPUT,
-        problems="results/data/world/{split}.parquet",
+        model=BASE_MODEL,
+        problems=lambda w: problem_table(w.split),
     output:
         references="results/references/{split}.parquet",
         missing="results/references/{split}_missing.csv",
@@ -26,12 +22,12 @@ rule reference_solutions:
         runtime=res("reference_solutions", "runtime"),
         gpu=res("reference_solutions", "gpu"),
     params:
-        policy=lambda w: BASE_POLICY,
-        settings=arg(
+        policy=lambda w, input: input.model,
+        settings=lambda w: arg(
             {
-                "task": "synthetic",
+                "task": task_of(w.split),
                 "seed": config["seed"],
-                "backend": config["evaluation"]["backend"],
+                **generation_backend(),
                 "references": config["references"],
             }
         ),

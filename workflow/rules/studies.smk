@@ -4,11 +4,13 @@
 STUDIES = config["studies"]
 MC = config["estimator"]["mc"]
 STUDY_SETTINGS = {
-    "task": "synthetic",
+    "task": task_of(STUDIES["split"]),
     "seed": config["seed"],
     "backend": config["evaluation"]["backend"],
     "dtype": config["model"]["dtype"],
 }
+# Steps that sample also get the backend's options (rollouts and scoring share model.dtype).
+STUDY_GENERATION = {**STUDY_SETTINGS, **generation_backend(config["model"]["dtype"])}
 STUDY_TRACES = "results/studies/traces.parquet"
 STUDY_SEGMENTATIONS = "results/studies/segmentations.parquet"
 STUDY_GROUND_TRUTH = "results/studies/ground_truth_rollouts.parquet"
@@ -38,8 +40,8 @@ STUDY_ANALYSIS = {
 
 rule study_traces:
     input:
-        **BASE_POLICY_INPUT,
-        problems=f"results/references/{STUDIES['split']}.parquet",
+        model=BASE_MODEL,
+        problems=f"results/references/{STUDIES['split']}.parquet",  # any problem set
     output:
         traces=STUDY_TRACES,
         segmentations=STUDY_SEGMENTATIONS,
@@ -55,10 +57,10 @@ rule study_traces:
         runtime=res("study_traces", "runtime"),
         gpu=res("study_traces", "gpu"),
     params:
-        policy=lambda w: BASE_POLICY,
+        policy=lambda w, input: input.model,
         settings=arg(
             {
-                **STUDY_SETTINGS,
+                **STUDY_GENERATION,
                 "studies": {k: STUDIES[k] for k in STUDY_KEYS["study_traces"]},
                 "segmentation": config["segmentation"],
             }
@@ -71,7 +73,7 @@ rule study_traces:
 
 rule study_ground_truth:
     input:
-        **BASE_POLICY_INPUT,
+        model=BASE_MODEL,
         traces=rules.study_traces.output.traces,
         segmentations=rules.study_traces.output.segmentations,
     output:
@@ -90,10 +92,10 @@ rule study_ground_truth:
         runtime=res("study_ground_truth", "runtime"),
         gpu=res("study_ground_truth", "gpu"),
     params:
-        policy=lambda w: BASE_POLICY,
+        policy=lambda w, input: input.model,
         settings=arg(
             {
-                **STUDY_SETTINGS,
+                **STUDY_GENERATION,
                 "studies": {k: STUDIES[k] for k in STUDY_KEYS["study_ground_truth"]},
                 "mc": {k: MC[k] for k in ("temperature", "top_p")},
             }
@@ -106,7 +108,7 @@ rule study_ground_truth:
 
 rule study_mc:
     input:
-        **BASE_POLICY_INPUT,
+        model=BASE_MODEL,
         traces=rules.study_traces.output.traces,
         segmentations=rules.study_traces.output.segmentations,
     output:
@@ -123,10 +125,10 @@ rule study_mc:
         runtime=res("study_mc", "runtime"),
         gpu=res("study_mc", "gpu"),
     params:
-        policy=lambda w: BASE_POLICY,
+        policy=lambda w, input: input.model,
         settings=arg(
             {
-                **STUDY_SETTINGS,
+                **STUDY_GENERATION,
                 "studies": {k: STUDIES[k] for k in STUDY_KEYS["study_mc"]},
                 "mc": {
                     k: MC[k] for k in ("budget", "truncation", "temperature", "top_p")
@@ -141,7 +143,7 @@ rule study_mc:
 
 rule study_scored:
     input:
-        **BASE_POLICY_INPUT,
+        model=BASE_MODEL,
         traces=rules.study_traces.output.traces,
         segmentations=rules.study_traces.output.segmentations,
     output:
@@ -158,7 +160,7 @@ rule study_scored:
         runtime=res("study_scored", "runtime"),
         gpu=res("study_scored", "gpu"),
     params:
-        policy=lambda w: BASE_POLICY,
+        policy=lambda w, input: input.model,
         settings=arg(
             {
                 **STUDY_SETTINGS,
@@ -196,6 +198,7 @@ rule study_agreement:
         "results/benchmarks/studies/study_agreement.tsv"
     conda:
         CONDA_ENV
+    threads: res("study_agreement", "cpus_per_task")
     resources:
         mem_mb=res("study_agreement", "mem_mb"),
         runtime=res("study_agreement", "runtime"),
@@ -231,6 +234,7 @@ rule study_correlation:
         "results/benchmarks/studies/study_correlation.tsv"
     conda:
         CONDA_ENV
+    threads: res("study_correlation", "cpus_per_task")
     resources:
         mem_mb=res("study_correlation", "mem_mb"),
         runtime=res("study_correlation", "runtime"),
@@ -266,6 +270,7 @@ rule study_localization:
         "results/benchmarks/studies/study_localization.tsv"
     conda:
         CONDA_ENV
+    threads: res("study_localization", "cpus_per_task")
     resources:
         mem_mb=res("study_localization", "mem_mb"),
         runtime=res("study_localization", "runtime"),
@@ -299,6 +304,7 @@ rule study_truncation:
         "results/benchmarks/studies/study_truncation.tsv"
     conda:
         CONDA_ENV
+    threads: res("study_truncation", "cpus_per_task")
     resources:
         mem_mb=res("study_truncation", "mem_mb"),
         runtime=res("study_truncation", "runtime"),
@@ -314,7 +320,7 @@ rule study_truncation:
 
 rule study_sweep:
     input:
-        **BASE_POLICY_INPUT,
+        model=BASE_MODEL,
         traces=rules.study_traces.output.traces,
         segmentations=rules.study_traces.output.segmentations,
         ground_truth=rules.study_ground_truth.output.rollouts,
@@ -341,7 +347,7 @@ rule study_sweep:
         runtime=res("study_sweep", "runtime"),
         gpu=res("study_sweep", "gpu"),
     params:
-        policy=lambda w: BASE_POLICY,
+        policy=lambda w, input: input.model,
         settings=arg(
             {
                 **STUDY_SETTINGS,

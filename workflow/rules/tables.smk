@@ -19,6 +19,7 @@ rule benchmark_table:
         benchmark="|".join([*WORLD_SPLITS, *KNOWN_BENCHMARKS]),
     conda:
         CONDA_ENV
+    threads: res("benchmark_table", "cpus_per_task")
     resources:
         mem_mb=res("benchmark_table", "mem_mb"),
         runtime=res("benchmark_table", "runtime"),
@@ -53,6 +54,7 @@ rule main_table:
         "results/benchmarks/main_table.tsv"
     conda:
         CONDA_ENV
+    threads: res("main_table", "cpus_per_task")
     resources:
         mem_mb=res("main_table", "mem_mb"),
         runtime=res("main_table", "runtime"),
@@ -85,6 +87,7 @@ rule training_report:
         "results/benchmarks/training_report.tsv"
     conda:
         CONDA_ENV
+    threads: res("training_report", "cpus_per_task")
     resources:
         mem_mb=res("training_report", "mem_mb"),
         runtime=res("training_report", "runtime"),

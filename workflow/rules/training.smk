@@ -3,7 +3,7 @@
 
 rule train_policy:
     input:
-        model="results/models/base",
+        model=BASE_MODEL,
         train=training_problems,
     output:
         final=directory("results/train/{method}/seed{seed}/final"),
@@ -22,8 +22,11 @@ rule train_policy:
         runtime=res("train_policy", "runtime"),
         gpu=res("train_policy", "gpu"),
     params:
+        launcher=lambda w: training_launcher(w.method, int(w.seed)),
         settings=lambda w: arg(training_settings(w.method, int(w.seed))),
+        dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),
     shell:
-        "python -m rredcot.steps.train_policy --model {input.model} --train {input.train} "
-        "--params {params.settings} --threads {threads} --out {params.run_dir} > {log} 2>&1"
+        "{params.launcher} rredcot.steps.train_policy --model {input.model} "
+        "--train {input.train} --params {params.settings} --dtype {params.dtype} "
+        "--threads {threads} --out {params.run_dir} > {log} 2>&1"

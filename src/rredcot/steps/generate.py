@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.data.schema import read_parquet
-from rredcot.generation import SamplingParams, get_backend
+from rredcot.generation import SamplingParams, backend_from_settings
 from rredcot.models.loading import load_tokenizer
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.tasks import get_task
@@ -46,10 +46,7 @@ def main() -> None:
         backend_name,
         args.policy,
     )
-    options = {"batch_size": prm.get("batch_size", 64)}
-    if backend_name == "vllm":
-        options = {"tensor_parallel_size": prm.get("tensor_parallel_size", 1)}
-    backend = get_backend(backend_name, args.policy, **options)
+    backend = backend_from_settings(prm, args.policy)
     completions = backend.generate(prompts, sampling)
     ids = problems["id"].to_list()
     out = pl.DataFrame(

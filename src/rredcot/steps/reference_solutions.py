@@ -26,8 +26,9 @@ class LazyBackend:
     """Loads the policy's backend on the first `generate` call, so that a split whose dataset
     solutions all verify (the synthetic world) never loads a model."""
 
-    def __init__(self, name: str, policy: str | None, batch_size: int) -> None:
-        self.name, self.policy, self.batch_size = name, policy, batch_size
+    def __init__(self, settings: dict[str, Any], policy: str | None, batch_size: int) -> None:
+        self.settings, self.policy, self.batch_size = settings, policy, batch_size
+        self.name = settings["backend"]
         self._backend: Any = None
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
@@ -35,7 +36,7 @@ class LazyBackend:
             if self.policy is None:
                 raise ValueError("--policy: sampling is needed but no policy was given")
             log.info("loading %s backend on %s to sample references", self.name, self.policy)
-            self._backend = load_backend(self.name, self.policy, self.batch_size)
+            self._backend = load_backend(self.settings, self.policy, self.batch_size)
         return self._backend.generate(prompts, params)
 
     @property
@@ -58,11 +59,11 @@ def main() -> None:
     args = p.parse_args()
     setup(args.threads)
     prm = args.params
-    task_name, seed, backend_name, refs = require(prm, "task", "seed", "backend", "references")
+    task_name, seed, _, refs = require(prm, "task", "seed", "backend", "references")
     seed_everything(seed)
     task = get_task(task_name)
     problems = read_parquet(args.problems)
-    backend = LazyBackend(backend_name, args.policy, refs["batch_size"])
+    backend = LazyBackend(prm, args.policy, refs["batch_size"])
     with Timer("reference_solutions"):
         table, report = build_references(
             problems,

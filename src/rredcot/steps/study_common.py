@@ -25,13 +25,12 @@ def load_policy(policy: str, dtype: str = "float32") -> tuple[Any, Any]:
     return model, load_tokenizer(policy)
 
 
-def load_backend(name: str, policy: str, batch_size: int, tensor_parallel_size: int = 1) -> Any:
-    """The generation backend of the config (`evaluation.backend`) on `policy`."""
-    from rredcot.generation import get_backend
+def load_backend(settings: dict[str, Any], policy: str, batch_size: int) -> Any:
+    """The generation backend a step's settings select (`backend`, `seed`, `dtype`, `device`,
+    `vllm`; see `rredcot.generation.backend_from_settings`) on `policy`, without progress bars."""
+    from rredcot.generation import backend_from_settings
 
-    if name == "vllm":
-        return get_backend(name, policy, tensor_parallel_size=tensor_parallel_size)
-    return get_backend(name, policy, batch_size=batch_size, show_progress=False)
+    return backend_from_settings(settings, policy, batch_size=batch_size, show_progress=False)
 
 
 def read_study_inputs(traces: Path, segmentations: Path) -> tuple[pl.DataFrame, pl.DataFrame]:

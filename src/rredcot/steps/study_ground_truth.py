@@ -17,7 +17,7 @@ GROUND_TRUTH_STREAM = 1  # derive_seed(seed, 1): the ground truth's rollouts, ap
 def main() -> None:
     step = start_policy_step(policy_parser(__doc__), "backend", "studies", "mc")
     args, seed = step.args, step.seed
-    backend_name, studies, mc = step.settings
+    _, studies, mc = step.settings  # backend: read by load_backend
     states = distinct_states(step.segmentations)
     gt = studies["ground_truth"]
     log.info(
@@ -28,7 +28,7 @@ def main() -> None:
         gt["budget"],
     )
     with Timer("study_ground_truth"):
-        backend = load_backend(backend_name, args.policy, studies["batch_size"])
+        backend = load_backend(args.params, args.policy, studies["batch_size"])
         from rredcot.models.loading import load_tokenizer
 
         run = sample_rollouts(

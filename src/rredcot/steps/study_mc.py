@@ -20,13 +20,13 @@ MC_STREAM = 2  # derive_seed(seed, 2, N): MC-N's rollouts, apart from the ground
 def main() -> None:
     step = start_policy_step(policy_parser(__doc__), "backend", "studies", "mc")
     args, seed = step.args, step.seed
-    backend_name, studies, mc = step.settings
+    _, studies, mc = step.settings  # backend: read by load_backend
     main_seg = main_segmentation(step.segmentations)
     n_values = list(studies["mc_n"])
     with Timer("study_mc"):
         from rredcot.models.loading import load_tokenizer
 
-        backend = load_backend(backend_name, args.policy, studies["batch_size"])
+        backend = load_backend(args.params, args.policy, studies["batch_size"])
         estimates = mc_estimates(
             backend,
             step.task,

@@ -26,7 +26,7 @@ def main() -> None:
     args = p.parse_args()
     setup(args.threads)
     prm = args.params
-    task_name, seed, backend_name, studies, seg = require(
+    task_name, seed, _, studies, seg = require(
         prm, "task", "seed", "backend", "studies", "segmentation"
     )
     seed_everything(seed)
@@ -36,7 +36,7 @@ def main() -> None:
         problems = problems.head(studies["max_traces"])
     with Timer("study_traces"):
         model, tokenizer = load_policy(args.policy, prm.get("dtype", "float32"))
-        backend = load_backend(backend_name, args.policy, studies["batch_size"])
+        backend = load_backend(prm, args.policy, studies["batch_size"])
         traces = sample_traces(
             backend,
             task,

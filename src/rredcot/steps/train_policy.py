@@ -5,7 +5,8 @@
 
 `--params` is a `TrainingSettings` mapping (method, seed, max_steps, batch shape, credit,
 segmentation, rredcot, mc, ...). Restarted after a kill, the run resumes from the newest
-checkpoint in `--out`.
+checkpoint in `--out`. On GPUs it runs under `accelerate launch ... -m rredcot.steps.train_policy`
+(`rredcot.training.launch.accelerate_command`), one process per GPU, with `--dtype bfloat16`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rredcot.data.schema import read_parquet
-from rredcot.models.loading import load_model, load_tokenizer
+from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.run import TrainingSettings, train_policy
 
@@ -23,7 +24,13 @@ def main() -> None:
     p.add_argument("--model", required=True, type=Path, help="base checkpoint directory or hub id")
     p.add_argument("--train", required=True, type=Path, help="normalized train parquet")
     p.add_argument("--out", required=True, type=Path, help="run directory")
-    p.add_argument("--dtype", default="float32", help="model dtype (float32 on the CPU)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="dtype the policy is loaded in (float32 on the CPU; bfloat16 with training.bf16 on "
+        "GPUs)",
+    )
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     setup(args.threads)

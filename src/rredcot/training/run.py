@@ -32,6 +32,7 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig
+from trl.distributed import DistributedBackend
 
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.mc import MCConfig
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
 LR_SCHEDULERS: tuple[str, ...] = ("constant", "constant_with_warmup", "linear", "cosine")
+DEVICES: tuple[str, ...] = ("cpu", "auto")
+VLLM_MODES: tuple[str, ...] = ("colocate", "server")
 
 # metrics.csv column -> key in the trainer's logs (TRL's names, or ours where they match).
 CSV_COLUMNS: dict[str, str] = {
@@ -89,7 +92,9 @@ class TrainingSettings:
     """One RL run (config key `training` plus the method and seed); every field has a default.
 
     Effective batch per optimizer step: `prompts_per_step` problems × `num_generations`
-    responses, generated once and used for one gradient step (on-policy, as GRPO's default).
+    responses, generated once and used for one gradient step (on-policy, as GRPO's default),
+    however it is split over processes and micro-batches (`batch_layout`). The defaults are the
+    embedded CPU run; the GPU fields (device … vllm_server_port) change where and how, not what.
     """
 
     method: str = "grpo"
@@ -138,6 +143,34 @@ class TrainingSettings:
     """Column holding each problem's reference solution U* (synthetic world: `solution`)."""
     mc_batch_size: int = 64
     """MC method: rollout rows per generate call."""
+    device: str = "cpu"
+    """Where the policy trains: cpu (the embedded default) | auto (accelerate's device: the GPU
+    of each process under `accelerate launch`)."""
+    bf16: bool = False
+    """bf16 mixed precision (TRL's `bf16`); must match the launcher's mixed precision."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (TRL's `activation_checkpointing`, on by default
+    in TRL): less memory for long responses, about 20% more time per step."""
+    per_device_batch_size: int | None = None
+    """Responses per process per forward/backward micro-batch; None: prompts_per_step ×
+    num_generations / (processes × gradient_accumulation_steps), i.e. the whole batch on one
+    process (as on the CPU)."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step; per_device_batch_size × this × processes must equal
+    prompts_per_step × num_generations (one generation batch per optimizer step)."""
+    use_vllm: bool = False
+    """Sample rollouts with vLLM through TRL (device auto, the `gpu` extra installed)."""
+    vllm_mode: str = "colocate"
+    """One of `VLLM_MODES`: colocate (an engine inside each training process) | server (a
+    separate `trl vllm-serve`)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """colocate: share of each GPU's memory vLLM reserves, in (0, 1]."""
+    vllm_tensor_parallel_size: int = 1
+    """colocate: GPUs one vLLM engine spans (must divide the number of processes)."""
+    vllm_server_host: str = "0.0.0.0"
+    """server: host of the vLLM server."""
+    vllm_server_port: int = 8000
+    """server: port of the vLLM server."""
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     """Segmentation of responses (METHOD.md §2); rredcot and mc."""
     credit: CreditConfig = field(default_factory=CreditConfig)
@@ -171,6 +204,29 @@ class TrainingSettings:
             object.__setattr__(
                 self, "max_problems", _positive_int("max_problems", self.max_problems)
             )
+        for name in ("gradient_accumulation_steps", "vllm_tensor_parallel_size"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if self.per_device_batch_size is not None:
+            object.__setattr__(
+                self,
+                "per_device_batch_size",
+                _positive_int("per_device_batch_size", self.per_device_batch_size),
+            )
+        for name in ("bf16", "gradient_checkpointing", "use_vllm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"training.{name}: expected true or false, got {getattr(self, name)!r}"
+                )
+        port = self.vllm_server_port
+        if isinstance(port, bool) or not isinstance(port, Integral) or not 1 <= port <= 65535:
+            raise ValueError(
+                f"training.vllm_server_port: expected a port in [1, 65535], got {port!r}"
+            )
+        if not isinstance(self.vllm_server_host, str) or not self.vllm_server_host.strip():
+            raise ValueError(
+                f"training.vllm_server_host: expected a host name, got {self.vllm_server_host!r}"
+            )
+        _finite("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, 1e-6, 1.0)
         _finite("temperature", self.temperature, 1e-6)
         _finite("top_p", self.top_p, 1e-6, 1.0)
         _finite("learning_rate", self.learning_rate, 0.0)
@@ -181,6 +237,8 @@ class TrainingSettings:
             "loss_type": LOSS_TYPES,
             "scale_rewards": REWARD_SCALES,
             "lr_scheduler": LR_SCHEDULERS,
+            "device": DEVICES,
+            "vllm_mode": VLLM_MODES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -193,6 +251,27 @@ class TrainingSettings:
             raise ValueError(
                 f"training: method {self.method!r} needs loss_type 'grpo', kl_beta 0 and an even "
                 f"num_generations; got {self.loss_type!r}, {self.kl_beta}, {self.num_generations}"
+            )
+        if self.use_vllm and self.device == "cpu":
+            raise ValueError(
+                "training.use_vllm: vLLM samples on GPUs; set training.device to 'auto' (and "
+                "install the `gpu` extra) or use_vllm to false"
+            )
+        # Whatever the number of processes, micro-batches must tile the step's batch.
+        total = self.prompts_per_step * self.num_generations
+        accumulation = self.gradient_accumulation_steps
+        if self.per_device_batch_size is None and total % accumulation:
+            raise ValueError(
+                f"training.gradient_accumulation_steps: {accumulation} must divide "
+                f"prompts_per_step × num_generations = {total} (the batch of one optimizer step)"
+            )
+        if self.per_device_batch_size is not None and total % (
+            self.per_device_batch_size * accumulation
+        ):
+            raise ValueError(
+                f"training.per_device_batch_size: {self.per_device_batch_size} × "
+                f"gradient_accumulation_steps {accumulation} must divide prompts_per_step × "
+                f"num_generations = {total} (the batch of one optimizer step)"
             )
 
     @classmethod
@@ -222,13 +301,96 @@ class TrainingSettings:
         return json.loads(json.dumps(asdict(self), default=list))
 
 
-def grpo_config(settings: TrainingSettings, output_dir: str | Path) -> GRPOConfig:
-    """TRL's config: CPU-capable, HF generate, one gradient step per generation, no reporting."""
-    return GRPOConfig(
+def launched_processes(device: str = "cpu") -> int:
+    """Processes of this launch as accelerate sees them: N under `accelerate launch
+    --num_processes N` (or torchrun), 1 for a plain `python -m` run.
+
+    accelerate's shared state is set up here with the same `cpu` flag TRL's config uses;
+    `TrainingArguments` resets and rebuilds it right after, as it does for any script that
+    touched `PartialState` first.
+    """
+    from accelerate import PartialState
+
+    return PartialState(cpu=device == "cpu").num_processes
+
+
+def batch_layout(settings: TrainingSettings, num_processes: int) -> tuple[int, int]:
+    """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes.
+
+    One optimizer step always sees prompts_per_step × num_generations responses, sampled once:
+    TRL's generation batch is per_device × processes × accumulation, so the product must equal
+    it. A method that pools group statistics (all but grpo) needs each process's generation
+    batch (per_device × accumulation rows) to hold whole groups of num_generations.
+    """
+    total = settings.prompts_per_step * settings.num_generations
+    accumulation = settings.gradient_accumulation_steps
+    per_device = settings.per_device_batch_size
+    if per_device is None:
+        if total % (num_processes * accumulation):
+            raise ValueError(
+                f"training.per_device_batch_size: null splits prompts_per_step × num_generations "
+                f"= {total} over {num_processes} process(es) × gradient_accumulation_steps "
+                f"{accumulation}, which does not divide it; set per_device_batch_size so that "
+                f"per_device_batch_size × gradient_accumulation_steps × processes = {total}"
+            )
+        per_device = total // (num_processes * accumulation)
+    elif per_device * accumulation * num_processes != total:
+        raise ValueError(
+            f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
+            f"{accumulation} × {num_processes} process(es) = "
+            f"{per_device * accumulation * num_processes}, but one optimizer step takes "
+            f"prompts_per_step × num_generations = {total} responses"
+        )
+    local = per_device * accumulation
+    whole_groups = METHODS[settings.method].needs_whole_groups
+    if num_processes > 1 and whole_groups and local % settings.num_generations:
+        raise ValueError(
+            f"training.per_device_batch_size: method {settings.method!r} pools each group's "
+            f"statistics, so a group must sit on one process: per_device_batch_size × "
+            f"gradient_accumulation_steps = {local} must be a multiple of num_generations = "
+            f"{settings.num_generations}"
+        )
+    return per_device, accumulation
+
+
+def check_collectives(settings: TrainingSettings, num_processes: int) -> None:
+    """Refuse launches where RRPO/SRPO would hang rather than fail.
+
+    Their rollout calls `trainer.sample` a data-dependent number of times with data-dependent
+    batch sizes; vLLM in server mode (prompts gathered over all processes) and colocated vLLM
+    with tensor parallelism (gathered over the TP group) make every call a collective, which
+    only works when all processes make the same calls. (ZeRO-3 is refused by the trainer.)
+    """
+    if settings.method not in ("rrpo", "srpo") or num_processes == 1 or not settings.use_vllm:
+        return
+    if settings.vllm_mode == "server" or settings.vllm_tensor_parallel_size > 1:
+        raise ValueError(
+            f"training.vllm_mode: method {settings.method!r} samples a different number of "
+            f"times on each process, so with {num_processes} processes it needs vllm_mode "
+            f"'colocate' with vllm_tensor_parallel_size 1 (got {settings.vllm_mode!r}, "
+            f"{settings.vllm_tensor_parallel_size}), or use_vllm false"
+        )
+
+
+def grpo_config(
+    settings: TrainingSettings, output_dir: str | Path, num_processes: int | None = None
+) -> GRPOConfig:
+    """TRL's config: one gradient step per generation, no reporting; CPU and HF generate by
+    default, GPUs (`device` auto, under `accelerate launch` for several), bf16, activation
+    checkpointing and vLLM rollouts as the settings say.
+
+    `num_processes` defaults to this launch's (`launched_processes`); TRL's own count must agree.
+    """
+    if num_processes is None:
+        num_processes = launched_processes(settings.device)
+    per_device, accumulation = batch_layout(settings, num_processes)
+    check_collectives(settings, num_processes)
+    resets = settings.method in ("rrpo", "srpo")
+    config = GRPOConfig(
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
         num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
         temperature=settings.temperature,
@@ -249,15 +411,43 @@ def grpo_config(settings: TrainingSettings, output_dir: str | Path) -> GRPOConfi
         save_steps=settings.save_steps,
         save_total_limit=settings.save_total_limit,
         report_to="none",
-        use_cpu=True,
-        bf16=False,
+        use_cpu=settings.device == "cpu",
+        bf16=settings.bf16,
         fp16=False,
-        use_vllm=False,
-        activation_checkpointing=False,  # TRL defaults to on; it costs time and saves nothing here
+        # TRL defaults to on; off it costs no time and the tiny model needs no memory saving
+        activation_checkpointing=settings.gradient_checkpointing,
+        use_vllm=settings.use_vllm,
+        vllm_mode=settings.vllm_mode,
+        vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size=settings.vllm_tensor_parallel_size,
+        vllm_server_host=settings.vllm_server_host,
+        vllm_server_port=settings.vllm_server_port,
+        # RRPO/SRPO train on-policy without a ratio (their rollout returns no logprobs); the other
+        # methods keep TRL's correction for the vLLM/training logprob mismatch.
+        vllm_importance_sampling_correction=not (resets and settings.use_vllm),
         log_completions=False,
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
+    if config.world_size != num_processes:
+        raise ValueError(
+            f"training: the batch was laid out for {num_processes} process(es), but this launch "
+            f"has {config.world_size} (accelerate launch --num_processes)"
+        )
+    if config.n_gpu > 1:
+        raise ValueError(
+            f"training.device: this single process sees {config.n_gpu} GPUs, which the HF Trainer "
+            "would split with DataParallel (breaking the group layout); launch one process per "
+            "GPU with `accelerate launch` or expose one GPU (CUDA_VISIBLE_DEVICES)"
+        )
+    precision = "bf16" if settings.bf16 else "no"
+    if config.mixed_precision != precision:
+        raise ValueError(
+            f"training.bf16: is {settings.bf16}, but the launch asks for mixed precision "
+            f"{config.mixed_precision!r} (ACCELERATE_MIXED_PRECISION, set by the accelerate "
+            f"config); make them agree (accelerate launch --mixed_precision {precision})"
+        )
+    return config
 
 
 def training_rows(
@@ -327,11 +517,14 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
     return sorted((p for p in found if (p / "trainer_state.json").is_file()), key=_step_of)
 
 
-def resume_point(out: str | Path) -> Path | None:
-    """The newest complete checkpoint; newer incomplete ones (killed while saving) are removed."""
+def resume_point(out: str | Path, remove_incomplete: bool = True) -> Path | None:
+    """The newest complete checkpoint; newer incomplete ones (killed while saving) are removed
+    (by one process only when several run: `remove_incomplete`)."""
     complete = complete_checkpoints(out)
     last = complete[-1] if complete else None
     newest = _step_of(last) if last else -1
+    if not remove_incomplete:
+        return last
     for p in Path(out).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if Path(out).is_dir() else []:
         name = p.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
         if p.is_dir() and name.isdigit() and int(name) > newest:
@@ -403,12 +596,16 @@ def build_trainer(
     return CreditGRPOTrainer(
         model=model,
         reward_funcs=[correctness_reward(task)],
-        args=grpo_config(settings, out),
+        args=grpo_config(settings, out),  # checks the batch layout against this launch
         train_dataset=train,
         processing_class=tokenizer,
         callbacks=list(callbacks),
         method=method,
     )
+
+
+def _is_zero3(trainer: CreditGRPOTrainer) -> bool:
+    return DistributedBackend(trainer.accelerator).is_zero3
 
 
 def train_policy(
@@ -422,24 +619,34 @@ def train_policy(
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
 
     Writes checkpoints, metrics.csv, final/ and train_summary.json into `out` (module
-    docstring). Returns the summary.
+    docstring). Returns the summary. Under `accelerate launch` every process runs this; the
+    main one alone removes, appends and writes files.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     task = get_task(settings.task)
     train, without_reference = training_rows(table, task, tokenizer, settings)
-    checkpoint = resume_point(out)
+    trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
+    accelerator = trainer.accelerator
+    main = accelerator.is_main_process
+    checkpoint = resume_point(out, remove_incomplete=main)
+    accelerator.wait_for_everyone()
     resume_step = _step_of(checkpoint) if checkpoint else None
     if checkpoint:
         log.info("resuming from %s", checkpoint)
-    trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
-    trainer.add_callback(MetricsCSV(out / "metrics.csv", trainer.method.metric_names, resume_step))
+    if main:
+        metrics = MetricsCSV(out / "metrics.csv", trainer.method.metric_names, resume_step)
+        trainer.add_callback(metrics)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
     final = out / "final"
-    trainer.accelerator.unwrap_model(trainer.model).save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    # ZeRO-3 shards the weights: gather them (a collective, on every process; needs the config's
+    # zero3_save_16bit_model). Otherwise every process holds them whole.
+    state_dict = accelerator.get_state_dict(trainer.model_wrapped) if _is_zero3(trainer) else None
+    if main:
+        accelerator.unwrap_model(trainer.model).save_pretrained(final, state_dict=state_dict)
+        tokenizer.save_pretrained(final)
     summary = {
         "settings": settings.to_dict(),
         "steps": int(trainer.state.global_step),
@@ -448,6 +655,8 @@ def train_policy(
         "resumed_from_step": resume_step,
         "seconds_this_session": seconds,
     }
-    (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    if main:
+        (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    accelerator.wait_for_everyone()
     log.info("training done: %s", json.dumps({k: v for k, v in summary.items() if k != "settings"}))
     return summary

@@ -14,6 +14,12 @@ PPO-clip loss, KL, logging, checkpoints):
 3. `training_step`: a NaN or inf loss stops training before the optimizer step, so the weights
    and the last checkpoint stay those of the last good step.
 
+On several processes (`accelerate launch`) the method sees the policy as TRL's generation does:
+unwrapped, with ZeRO-3 parameters gathered once per generation batch (the same collective on
+every process), so its own forward passes and generation need no collectives and may differ in
+number between processes. RRPO/SRPO are refused under ZeRO-3: their rollout samples a
+data-dependent number of times, and each sampling call would gather the parameters anew.
+
 It also logs what credit cost per step (`credit/forward_tokens`, `credit/seconds`) and the
 advantage statistics over unmasked tokens (`credit/advantage_{mean,std,min,max}`).
 """
@@ -27,6 +33,7 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
 
 from rredcot.credit.advantages import group_ids, masked_stats
 from rredcot.tasks.base import Task
@@ -91,6 +98,13 @@ class CreditGRPOTrainer(GRPOTrainer):
         self._rows: list[dict[str, Any]] | None = None
         self._scored: tuple[list[str], torch.Tensor] | None = None
         if method.rollout is not None:
+            if self._dist.is_zero3:
+                raise ValueError(
+                    f"method {method.name!r} samples a data-dependent number of times per step, "
+                    "and under DeepSpeed ZeRO-3 every sampling call gathers the parameters on all "
+                    "processes (they would deadlock); launch it with the ddp or zero2 accelerate "
+                    "config"
+                )
             self.rollout_func = self._method_rollout
         local = self.args.per_device_train_batch_size * self.args.steps_per_generation
         if (
@@ -114,7 +128,14 @@ class CreditGRPOTrainer(GRPOTrainer):
         return self.method.rollout(self, self._rows)
 
     def sample(self, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
-        """One completion per given prompt (token ids), drawn with TRL's generator and settings."""
+        """One completion per given prompt (token ids), drawn with TRL's generator and settings.
+
+        TRL's `_generate_single_turn` picks the backend: with `use_vllm` it syncs the policy's
+        weights into vLLM when the step changed and samples there (colocate: this process's
+        engine; server: prompts gathered to the main process, a collective); otherwise HF
+        `generate` on the unwrapped policy. So the RRPO/SRPO rollouts follow vLLM as TRL's own
+        sampling does.
+        """
         completion_ids, _ = self._generate_single_turn([list(p) for p in prompt_ids], None, {}, 1)
         return [list(c) for c in completion_ids]
 
@@ -158,15 +179,25 @@ class CreditGRPOTrainer(GRPOTrainer):
         self._rows = inputs
         output = super()._generate_and_score_completions(inputs)
         batch = self._rollout_batch(inputs, output)
-        policy = self.accelerator.unwrap_model(self.model)
-        was_training = policy.training
-        policy.eval()  # the estimator is π without dropout; also lets the scorer use its KV cache
         start = time.perf_counter()
-        try:
-            with torch.no_grad():
-                result = self.method.advantages(batch, policy)
-        finally:
-            policy.train(was_training)
+        # As TRL's generation: unwrapped, ZeRO-3 parameters gathered (always: the method's passes
+        # must not be collectives), FSDP1 parameters summoned, activation checkpointing paused.
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=True,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as policy,
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            was_training = policy.training
+            policy.eval()  # the estimator is π without dropout; lets the scorer use its KV cache
+            try:
+                with torch.no_grad():
+                    result = self.method.advantages(batch, policy)
+            finally:
+                policy.train(was_training)
         seconds = time.perf_counter() - start
         advantages = result.advantages.to(output["advantages"].device, torch.float32)
         b, t = output["completion_ids"].shape

@@ -1,0 +1,208 @@
+"""Paper-scale configs resolve: a Snakemake dry run of each (no job runs, no cluster contacted)
+builds a DAG with one training run per (method, seed) whose every job asks for the CPUs,
+memory, wall time and GPUs that the config's `resources` section gives its rule.
+
+Each config is merged over config.yaml the way `snakemake --configfile X` merges it in the
+repository root; the dry run itself runs in a scratch directory, so results already in the
+checkout cannot hide jobs from the DAG.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted(REPO.glob("configs/paper_*.yaml")) + sorted(REPO.glob("configs/one_gpu.yaml"))
+PROFILE = REPO / "workflow" / "profiles" / "slurm" / "profile.yaml"
+# Every SLURM client the plugin could call; the dry runs must call none of them.
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "sacctmgr", "scontrol", "sinfo", "srun", "scancel")
+CPUS = 512  # --cores for the dry run: a dry run caps `threads` at --cores (1 when not given)
+# The default target and the AIME 2024 table (a paper number every config reports).
+TARGETS = ["all", "results/aime24_table.csv"]
+
+
+@dataclass
+class Job:
+    """One job of a dry run's listing."""
+
+    rule: str
+    wildcards: dict[str, str] = field(default_factory=dict)
+    threads: int = 1  # Snakemake lists `threads:` only when it is not 1
+    resources: dict[str, str] = field(default_factory=dict)
+    runs_something: bool = True  # False for a target rule such as `all` ("Shell command: None")
+
+
+def parse_jobs(listing: str) -> list[Job]:
+    """The jobs of `snakemake --dry-run --printshellcmds` output, in listing order."""
+
+    def pairs(text: str) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in text.split(", ") if "=" in item)
+
+    jobs: list[Job] = []
+    for line in listing.splitlines():
+        head = re.fullmatch(r"(?:local)?rule (\w+):", line)
+        if head:
+            jobs.append(Job(head.group(1)))
+            continue
+        if not jobs:
+            continue
+        key, _, value = line.strip().partition(": ")
+        if key == "wildcards":
+            jobs[-1].wildcards = pairs(value)
+        elif key == "threads":
+            jobs[-1].threads = int(value)
+        elif key == "resources":
+            jobs[-1].resources = pairs(value)
+        elif line.startswith("Shell command:"):
+            jobs[-1].runs_something = value != "None"
+    return jobs
+
+
+def merged_config(path: Path) -> dict[str, Any]:
+    """config.yaml with `path` merged over it, as Snakemake merges `--configfile`."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    update_config(config, yaml.safe_load(path.read_text()))
+    return config
+
+
+def expected_resources(config: dict[str, Any], rule: str) -> dict[str, int]:
+    """What the config's `resources` section gives a rule: its entry, then `default`."""
+    table = config["resources"]
+    keys = ("mem_mb", "runtime", "cpus_per_task", "gpu")
+    missing = [k for k in keys if k not in table["default"]]
+    assert not missing, f"resources.default lacks {missing}"
+    return {k: table.get(rule, {}).get(k, table["default"][k]) for k in keys}
+
+
+@pytest.fixture
+def no_slurm_clients(tmp_path: Path) -> tuple[Path, Path]:
+    """A bin directory whose SLURM commands only log their call and fail, and that log."""
+    bin_dir = tmp_path / "slurm_bin"
+    bin_dir.mkdir()
+    calls = bin_dir / "calls.log"
+    for name in SLURM_COMMANDS:
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\nexit 1\n')
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return bin_dir, calls
+
+
+def cluster_calls(calls: Path) -> list[str]:
+    """The SLURM commands a dry run ran, less the plugin's read-only `scontrol show config` (it
+    probes the cluster's MinJobAge for its --help text whenever it is installed)."""
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return [line for line in lines if line != "scontrol show config"]
+
+
+def dry_run(
+    config: Path,
+    workdir: Path,
+    bin_dir: Path,
+    profile: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    # Targets first: --configfile takes every word after it up to the next option.
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+    cmd += [*TARGETS, "--dry-run", "--printshellcmds"]
+    cmd += ["--cores", str(CPUS), "--configfile", str(REPO / "config.yaml"), str(config)]
+    if profile is not None:
+        cmd += ["--profile", str(profile)]
+    full_env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        **(env or {}),
+    }
+    return subprocess.run(
+        cmd, cwd=workdir, capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+def check_dag(config_path: Path, proc: subprocess.CompletedProcess[str]) -> list[Job]:
+    """rc 0, one train_policy job per (method, seed), every job's resources as configured."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "This was a dry-run" in proc.stdout
+    config = merged_config(config_path)
+    jobs = parse_jobs(proc.stdout)
+    runs = [j for j in jobs if j.runs_something]
+    assert runs, proc.stdout[-3000:]
+    trained = sorted(
+        (j.wildcards["method"], int(j.wildcards["seed"])) for j in runs if j.rule == "train_policy"
+    )
+    want = sorted(
+        (m, s) for m in config["training"]["methods"] for s in config["training"]["seeds"]
+    )
+    assert trained == want
+    wrong = []
+    for job in runs:
+        exp = expected_resources(config, job.rule)
+        got = {
+            "mem_mb": int(job.resources.get("mem_mb", -1)),
+            "runtime": int(job.resources.get("runtime", -1)),
+            "cpus_per_task": job.threads,
+            "gpu": int(job.resources.get("gpu", 0)),  # a rule without `gpu` requests none
+        }
+        if got != exp:
+            wrong.append(f"{job.rule}: asks for {got}, the config says {exp}")
+    assert not wrong, "jobs whose request differs from the config:\n" + "\n".join(
+        sorted(set(wrong))
+    )
+    return runs
+
+
+def test_paper_configs_are_present() -> None:
+    names = [p.name for p in CONFIGS]
+    assert any(n.startswith("paper_") for n in names), f"no configs/paper_*.yaml in {REPO}"
+    assert "one_gpu.yaml" in names, f"configs/one_gpu.yaml is missing (found {names})"
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_dry_run_requests_what_the_config_says(
+    config: Path, tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    bin_dir, calls = no_slurm_clients
+    runs = check_dag(config, dry_run(config, tmp_path, bin_dir))
+    gpu_rules = {j.rule for j in runs if int(j.resources.get("gpu", 0)) > 0}
+    assert "train_policy" in gpu_rules  # a paper-scale config trains on GPUs
+    assert not cluster_calls(calls)
+
+
+def slurm_profile_without_conda(tmp_path: Path) -> Path:
+    """The SLURM profile less `use-conda: true` (a dry run with it needs a conda installation,
+    which the test machines lack); everything else as shipped."""
+    text = PROFILE.read_text()
+    line = re.compile(r"^use-conda: true\b.*\n", re.MULTILINE)
+    assert len(line.findall(text)) == 1, "the profile should turn on --use-conda once"
+    profile = tmp_path / "slurm_profile"
+    profile.mkdir()
+    (profile / "profile.yaml").write_text(line.sub("", text))
+    return profile
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_slurm_profile_dry_run(
+    config: Path, tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        pytest.skip('snakemake-executor-plugin-slurm is not installed (pip install -e ".[slurm]")')
+    bin_dir, calls = no_slurm_clients
+    env = {"RREDCOT_SLURM_ACCOUNT": "proj-42", "RREDCOT_SLURM_PARTITION": "gpu"}
+    proc = dry_run(config, tmp_path, bin_dir, slurm_profile_without_conda(tmp_path), env)
+    runs = check_dag(config, proc)
+    for job in runs:  # account and partition from the environment, one node per job
+        assert job.resources["slurm_account"] == "proj-42", job
+        assert job.resources["slurm_partition"] == "gpu", job
+        assert job.resources["nodes"] == "1", job
+    assert not cluster_calls(calls)

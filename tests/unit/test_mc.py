@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from rredcot.credit.mc import (
     MCConfig,
+    MCTrace,
     MCValues,
     mc_segment_credit,
     mc_state_values,
+    mc_state_values_batch,
     token_to_char_boundaries,
 )
 from rredcot.generation import Completion, SamplingParams
@@ -118,6 +120,37 @@ def test_one_generate_call_with_the_prefix_states() -> None:
     generated = sum(len(text.encode()) for rollouts in SCRIPT.values() for text, _ in rollouts)
     assert mc.forward_tokens == generated  # truncated rollouts are counted too
     assert mc.seconds >= 0
+
+
+def test_a_batch_is_one_call_and_values_each_trace_alone() -> None:
+    """Two traces (the scripted one, and a second with its own states and gold) in one call:
+    each gets the values it gets alone; the call holds all K·N rows, trace by trace."""
+    other_prompt = "a=2, b=2. c=a*b. Find c.\n"
+    other = "c=a*b=2*2=4\nAnswer: 4."
+    script = {
+        **SCRIPT,
+        other_prompt: [("c=a*b=2*2=4\nAnswer: 4.", "stop")] * 2 + [("Answer: 1.", "stop")] * 2,
+        other_prompt + other[:11]: [("\nAnswer: 4.", "stop")] * 4,
+    }
+    traces = [
+        MCTrace(PROMPT, RESPONSE, CHARS, GOLD),
+        MCTrace(other_prompt, other, [0, 11, len(other)], "4"),
+    ]
+    backend = ScriptedBackend(script)
+    options = {"n_rollouts": 4, "budget": 16, "truncation": "drop", "seed": 7}
+    both = mc_state_values_batch(backend, TASK, traces, **options)
+    assert len(backend.calls) == 1
+    assert backend.calls[0][0] == [PROMPT + RESPONSE[:c] for c in CHARS[:-1]] + [
+        other_prompt,
+        other_prompt + other[:11],
+    ]
+    alone = _run(ScriptedBackend(SCRIPT), "drop")
+    assert torch.equal(both[0].n_used, alone.n_used)
+    assert both[0].values[:2].tolist() == alone.values[:2].tolist()
+    assert both[0].forward_tokens == alone.forward_tokens
+    assert both[1].values.tolist() == pytest.approx([0.5, 1.0, 1.0])
+    assert both[1].num_segments == 2 and both[1].n_dropped == 0
+    assert mc_state_values_batch(backend, TASK, [], **options) == []
 
 
 def test_rollout_is_graded_with_its_prefix() -> None:

@@ -203,6 +203,27 @@ def _by_row(completions: list[Completion], num_prompts: int, n: int) -> list[lis
     return rows  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class MCTrace:
+    """One trace to value: x as the policy saw it (`task.build_prompt`), τ's text, character
+    boundaries 0 = c_0 ≤ … ≤ c_K = len(response) (`token_to_char_boundaries`), and y*."""
+
+    prompt: str
+    response: str
+    char_boundaries: Sequence[int]
+    gold: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise ValueError(f"prompt: expected a non-empty string, got {self.prompt!r}")
+        if not isinstance(self.response, str):
+            raise ValueError(f"response: expected a string, got {type(self.response).__name__}")
+        if not isinstance(self.gold, str) or not self.gold.strip():
+            raise ValueError(f"gold: expected a non-empty answer string, got {self.gold!r}")
+        cb = _check_char_boundaries(self.char_boundaries, self.response)
+        object.__setattr__(self, "char_boundaries", tuple(cb))
+
+
 def mc_state_values(
     backend: GenerationBackend,
     task: Task,
@@ -228,22 +249,50 @@ def mc_state_values(
     and vLLM backends seed each (state, rollout) row); give every trace its own seed, e.g.
     `derive_seed(seed, trace_index)`, so that traces do not share random streams.
     """
+    (values,) = mc_state_values_batch(
+        backend,
+        task,
+        [MCTrace(prompt, response, char_boundaries, gold)],
+        n_rollouts=n_rollouts,
+        budget=budget,
+        truncation=truncation,
+        seed=seed,
+        temperature=temperature,
+        top_p=top_p,
+    )
+    return values
+
+
+def mc_state_values_batch(
+    backend: GenerationBackend,
+    task: Task,
+    traces: Sequence[MCTrace],
+    *,
+    n_rollouts: int,
+    budget: int,
+    truncation: str,
+    seed: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> list[MCValues]:
+    """`mc_state_values` of many traces with ONE `backend.generate` call for all their states,
+    so the backend batches rollouts across traces (the per-trace cost of small calls goes).
+
+    The states of trace t follow those of traces < t in the call; the backend seeds each
+    (state, rollout) row from `seed` and the row's position, so the result is deterministic in
+    `seed` and the traces' order, and a batch of one equals `mc_state_values`. A trace's
+    `seconds` is the call's time shared in proportion to its rollout tokens.
+    """
     cfg = MCConfig(n_rollouts, budget, truncation, temperature, top_p)
-    if not isinstance(prompt, str) or not prompt:
-        raise ValueError(f"prompt: expected a non-empty string, got {prompt!r}")
-    if not isinstance(response, str):
-        raise ValueError(f"response: expected a string, got {type(response).__name__}")
-    if not isinstance(gold, str) or not gold.strip():
-        raise ValueError(f"gold: expected a non-empty answer string, got {gold!r}")
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
-    cb = _check_char_boundaries(char_boundaries, response)
-    num_segments, n = len(cb) - 1, cfg.n_rollouts
-
+    traces = [t if isinstance(t, MCTrace) else MCTrace(*t) for t in traces]
+    n = cfg.n_rollouts
     start = time.perf_counter()
-    prefixes = [response[:c] for c in cb[:-1]]  # τ[:c_k], k = 0 … K−1
+    prefixes = [[t.response[:c] for c in t.char_boundaries[:-1]] for t in traces]  # τ[:c_k]
+    prompts = [t.prompt + p for t, ps in zip(traces, prefixes, strict=True) for p in ps]
     completions: list[Completion] = []
-    if num_segments > 0:
+    if prompts:
         params = SamplingParams(
             n=n,
             temperature=cfg.temperature,
@@ -252,45 +301,57 @@ def mc_state_values(
             seed=int(seed),
             stop_strings=tuple(task.stop_strings),
         )
-        completions = backend.generate([prompt + p for p in prefixes], params)
-    rows = _by_row(completions, num_segments, n)
+        completions = backend.generate(prompts, params)
+    all_rows = _by_row(completions, len(prompts), n)
 
     # Only finished rollouts need a verdict: truncated ones are dropped or scored 0 unread.
-    finished = [(k, c) for k in range(num_segments) for c in rows[k] if c.finish_reason == "stop"]
-    texts = [prefixes[k] + c.text for k, c in finished] + [response]
-    grades = grade_texts(task, texts, gold)
-    reward = grades[-1].reward  # R = r(τ)
-
-    correct = torch.zeros(num_segments + 1, dtype=torch.float64)  # (K+1,)
-    n_finished = torch.zeros(num_segments + 1, dtype=torch.int64)  # (K+1,)
-    for (k, _), grade in zip(finished, grades[:-1], strict=True):
-        correct[k] += grade.reward
-        n_finished[k] += 1
-    n_truncated = torch.zeros(num_segments + 1, dtype=torch.int64)  # (K+1,)
-    n_truncated[:num_segments] = n - n_finished[:num_segments]
-    n_used = n_finished.clone() if cfg.truncation == "drop" else n_truncated + n_finished
-    values = torch.full((num_segments + 1,), math.nan, dtype=torch.float64)  # (K+1,)
-    has = n_used > 0
-    values[has] = correct[has] / n_used[has]
-    values[num_segments] = reward  # V̂(s_K) := R
+    # Grading is per trace (one gold each), one batched call per trace.
+    out: list[MCValues] = []
+    first = 0
+    plans = []
+    for t, ps in zip(traces, prefixes, strict=True):
+        rows = all_rows[first : first + len(ps)]
+        first += len(ps)
+        finished = [(k, c) for k in range(len(ps)) for c in rows[k] if c.finish_reason == "stop"]
+        texts = [ps[k] + c.text for k, c in finished] + [t.response]
+        plans.append((rows, finished, grade_texts(task, texts, t.gold)))
     seconds = time.perf_counter() - start
-
-    total = num_segments * n
-    truncated = int(n_truncated.sum())
-    n_dropped = truncated if cfg.truncation == "drop" else 0
-    return MCValues(
-        values=values,
-        n_used=n_used,
-        n_truncated=n_truncated,
-        reward=reward,
-        n_rollouts=n,
-        truncation=cfg.truncation,
-        n_dropped=n_dropped,
-        drop_rate=n_dropped / total if total else 0.0,
-        truncation_rate=truncated / total if total else 0.0,
-        forward_tokens=sum(c.num_tokens for c in completions),
-        seconds=seconds,
-    )
+    total_tokens = sum(c.num_tokens for c in completions)
+    for ps, (rows, finished, grades) in zip(prefixes, plans, strict=True):
+        num_segments = len(ps)
+        reward = grades[-1].reward  # R = r(τ)
+        correct = torch.zeros(num_segments + 1, dtype=torch.float64)  # (K+1,)
+        n_finished = torch.zeros(num_segments + 1, dtype=torch.int64)  # (K+1,)
+        for (k, _), grade in zip(finished, grades[:-1], strict=True):
+            correct[k] += grade.reward
+            n_finished[k] += 1
+        n_truncated = torch.zeros(num_segments + 1, dtype=torch.int64)  # (K+1,)
+        n_truncated[:num_segments] = n - n_finished[:num_segments]
+        n_used = n_finished.clone() if cfg.truncation == "drop" else n_truncated + n_finished
+        values = torch.full((num_segments + 1,), math.nan, dtype=torch.float64)  # (K+1,)
+        has = n_used > 0
+        values[has] = correct[has] / n_used[has]
+        values[num_segments] = reward  # V̂(s_K) := R
+        total = num_segments * n
+        truncated = int(n_truncated.sum())
+        n_dropped = truncated if cfg.truncation == "drop" else 0
+        tokens = sum(c.num_tokens for row in rows for c in row)
+        out.append(
+            MCValues(
+                values=values,
+                n_used=n_used,
+                n_truncated=n_truncated,
+                reward=reward,
+                n_rollouts=n,
+                truncation=cfg.truncation,
+                n_dropped=n_dropped,
+                drop_rate=n_dropped / total if total else 0.0,
+                truncation_rate=truncated / total if total else 0.0,
+                forward_tokens=tokens,
+                seconds=seconds * tokens / total_tokens if total_tokens else 0.0,
+            )
+        )
+    return out
 
 
 def mc_segment_credit(values: torch.Tensor | Sequence[float], reward: float) -> torch.Tensor:
@@ -318,5 +379,7 @@ __all__ = [
     "grade_texts",
     "mc_segment_credit",
     "mc_state_values",
+    "mc_state_values_batch",
+    "MCTrace",
     "token_to_char_boundaries",
 ]

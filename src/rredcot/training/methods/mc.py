@@ -5,7 +5,8 @@ values, σ_k = V̂(s_k) − V̂(s_{k−1}) with V̂(s_k) the mean reward of N fr
 s_k = x ⊕ τ_{<b_k} (at most L new tokens each) and V̂(s_K) = R (METHOD.md §5); then the same
 credit modes as RREDCoT (§4). Unbiased but expensive: K·N rollouts per completion, which is the
 cost comparison this method exists for. Rollouts come from the current policy through the HF
-generation backend (seeded per (run seed, step, row)).
+generation backend, all states of all rows in one batched call (seeded per (run seed, step) and
+row position).
 
 Under `truncation: drop` a state whose rollouts all hit the budget has no estimate (NaN). Such a
 V̂(s_k) takes the value of the next state that has one (V̂(s_K) = R always does), so its segment
@@ -21,7 +22,13 @@ from typing import Any, ClassVar
 import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
-from rredcot.credit.mc import MCConfig, mc_segment_credit, mc_state_values, token_to_char_boundaries
+from rredcot.credit.mc import (
+    MCConfig,
+    MCTrace,
+    mc_segment_credit,
+    mc_state_values_batch,
+    token_to_char_boundaries,
+)
 from rredcot.generation.base import derive_seed
 from rredcot.generation.hf import HFBackend
 from rredcot.segmentation import SegmentationConfig
@@ -79,33 +86,34 @@ class MCMethod(Method):
         )
         was_training = policy.training
         backend = HFBackend(policy, self.tokenizer, self.batch_size, show_progress=False)
-        sigmas, rollouts, dropped, missing = [], 0, 0, 0
+        traces = []
+        for s, row in zip(segs, batch.rows, strict=True):
+            text = self.tokenizer.decode(s.response_ids, skip_special_tokens=True)
+            chars = token_to_char_boundaries(self.tokenizer, s.response_ids, s.boundaries, text)
+            traces.append(MCTrace(row["prompt"], text, chars, row["answer"]))
         try:
-            for i, (s, row) in enumerate(zip(segs, batch.rows, strict=True)):
-                text = self.tokenizer.decode(s.response_ids, skip_special_tokens=True)
-                chars = token_to_char_boundaries(self.tokenizer, s.response_ids, s.boundaries, text)
-                values = mc_state_values(
-                    backend,
-                    self.task,
-                    row["prompt"],
-                    text,
-                    chars,
-                    row["answer"],
-                    n_rollouts=self.mc.n_rollouts,
-                    budget=self.mc.budget,
-                    truncation=self.mc.truncation,
-                    seed=derive_seed(batch.seed, batch.step, i),
-                    temperature=self.mc.temperature,
-                    top_p=self.mc.top_p,
-                )
-                filled, n_missing = fill_missing_values(values.values)
-                sigmas.append(mc_segment_credit(filled, float(batch.rewards[i])))  # (K_i,)
-                tokens += values.forward_tokens
-                rollouts += values.num_segments * values.n_rollouts
-                dropped += values.n_dropped
-                missing += n_missing
+            # One generate call for every state of every row: rollouts batch across rows.
+            values = mc_state_values_batch(
+                backend,
+                self.task,
+                traces,
+                n_rollouts=self.mc.n_rollouts,
+                budget=self.mc.budget,
+                truncation=self.mc.truncation,
+                seed=derive_seed(batch.seed, batch.step),
+                temperature=self.mc.temperature,
+                top_p=self.mc.top_p,
+            )
         finally:
             policy.train(was_training)
+        sigmas, rollouts, dropped, missing = [], 0, 0, 0
+        for i, v in enumerate(values):
+            filled, n_missing = fill_missing_values(v.values)
+            sigmas.append(mc_segment_credit(filled, float(batch.rewards[i])))  # (K_i,)
+            tokens += v.forward_tokens
+            rollouts += v.num_segments * v.n_rollouts
+            dropped += v.n_dropped
+            missing += n_missing
         metrics = {
             "credit/num_segments": mean_segments(segs),
             "credit/mc_rollouts": float(rollouts),

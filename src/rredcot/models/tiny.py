@@ -25,15 +25,10 @@ REQUIRED_ARCH_KEYS: tuple[str, ...] = (
 
 # Optional keys and their defaults. RoPE has no learned positions, so a long context is free;
 # 8192 byte tokens cover the longest benchmark problem (~1.7 kB) plus a long generation.
-# Embeddings are untied: with tied ones, tokens that SFT first learns to predict only as a class
-# (the operators + - *, equally likely early on) get one shared output vector, hence one input
-# vector, and the model cannot tell them apart until that symmetry breaks by chance (measured on
-# the synthetic world: operator embeddings at cosine 0.98-1.00 and operator copies at chance after
-# 1400 steps; untied, operators are copied from ~900 steps).
 OPTIONAL_ARCH_DEFAULTS: dict[str, Any] = {
     "max_position_embeddings": 8192,
     "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
+    "tie_word_embeddings": True,
     "hidden_act": "silu",
     "rms_norm_eps": 1e-6,
     "initializer_range": 0.02,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+import yaml
+from snakemake.utils import update_config
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +97,24 @@ def test_bad_config_stops_naming_the_key(repo, tmp_path, run_snakemake):
     proc = run_snakemake(repo, tmp_path, "--configfile", str(bad), "-n")
     assert proc.returncode != 0
     assert "evaluation.samples_per_problem" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("data: {train: gsm8kk}", "data.train"),  # neither a world table nor a training set
+        ("studies: {split: nowhere}", "studies.split"),
+        ("conda_env: envs/missing.yaml", "conda_env"),
+    ],
+)
+def test_unknown_problem_set_or_env_stops_naming_the_key(repo, tmp_path, run_snakemake, line, key):
+    config = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
+    update_config(config, yaml.safe_load(line))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    proc = run_snakemake(repo, tmp_path, "--configfile", str(bad), "-n")
+    assert proc.returncode != 0
+    assert f"config key '{key}'" in proc.stdout + proc.stderr, proc.stderr[-2000:]
 
 
 def test_lint_is_clean(repo, run_snakemake):

@@ -73,10 +73,6 @@ def res(rule: str, key: str):
     )
 
 
-def is_world_split(benchmark: str) -> bool:
-    return benchmark in WORLD_SPLITS
-
-
 def problem_table(name: str) -> str:
     """The normalized parquet of a problem set: a world table, a registry benchmark, or a
     registry training set."""
@@ -93,16 +89,8 @@ def problem_table(name: str) -> str:
 
 
 def benchmark_data(wildcards):
-    """The normalized parquet of a benchmark: a world split or a prepared registry benchmark."""
-    b = wildcards.benchmark
-    if is_world_split(b):
-        return f"results/data/world/{b}.parquet"
-    if b in KNOWN_BENCHMARKS:
-        return f"results/data/benchmarks/{b}.parquet"
-    raise ValueError(
-        f"unknown benchmark '{b}': not a world split {WORLD_SPLITS} "
-        f"and not a registry benchmark {list(KNOWN_BENCHMARKS)}"
-    )
+    """The normalized parquet of the benchmark being evaluated (any problem set)."""
+    return problem_table(wildcards.benchmark)
 
 
 for _key, _name in (
@@ -147,14 +135,14 @@ def eval_settings(benchmark: str) -> dict:
     return ev
 
 
-def generation_backend(dtype: str | None = None) -> dict:
+def generation_backend() -> dict:
     """The settings a generating step needs to build its backend (`evaluation` block)."""
     ev = config["evaluation"]
     return {
         "backend": ev["backend"],
         "vllm": ev["vllm"],
         "device": ev["device"],
-        "dtype": dtype or ev["dtype"] or config["model"]["dtype"],
+        "dtype": ev["dtype"] or config["model"]["dtype"],
     }
 
 
@@ -169,10 +157,8 @@ def training_settings(method: str, seed: int) -> dict:
     shared segmentation and estimator blocks (so studies and training use one definition).
     """
     tr = config["training"]
-    launch_keys = (
-        "accelerate",
-        "num_processes",
-    )  # how the run is launched, not what it does
+    # accelerate, num_processes: how the run is launched (training_launcher), not what it does
+    launch_keys = ("accelerate", "num_processes")
     settings = {
         k: v
         for k, v in tr.items()
@@ -201,11 +187,11 @@ def training_launcher(method: str, seed: int) -> str:
     from rredcot.training.launch import accelerate_command
 
     tr = config["training"]
-    runs = [(m, s) for m in TRAINING_METHODS for s in tr["seeds"]]
-    port = 29500 + runs.index((method, seed)) if tr["accelerate"] else None
-    precision = ("bf16" if tr["bf16"] else "no") if tr["accelerate"] else None
-    argv = accelerate_command(
-        tr["accelerate"], tr["num_processes"], port, mixed_precision=precision
+    argv = accelerate_command(  # port and precision matter only under accelerate launch
+        tr["accelerate"],
+        tr["num_processes"],
+        29500 + methods_and_seeds().index((method, seed)),
+        mixed_precision="bf16" if tr["bf16"] else "no",
     )
     return " ".join(shlex.quote(a) for a in argv)
 

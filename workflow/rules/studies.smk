@@ -9,8 +9,8 @@ STUDY_SETTINGS = {
     "backend": config["evaluation"]["backend"],
     "dtype": config["model"]["dtype"],
 }
-# Steps that sample also get the backend's options (rollouts and scoring share model.dtype).
-STUDY_GENERATION = {**STUDY_SETTINGS, **generation_backend(config["model"]["dtype"])}
+# Steps that sample also get the backend's options; rollouts and scoring share model.dtype.
+STUDY_GENERATION = {**generation_backend(), **STUDY_SETTINGS}
 STUDY_TRACES = "results/studies/traces.parquet"
 STUDY_SEGMENTATIONS = "results/studies/segmentations.parquet"
 STUDY_GROUND_TRUTH = "results/studies/ground_truth_rollouts.parquet"

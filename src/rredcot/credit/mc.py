@@ -286,7 +286,6 @@ def mc_state_values_batch(
     cfg = MCConfig(n_rollouts, budget, truncation, temperature, top_p)
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
-    traces = [t if isinstance(t, MCTrace) else MCTrace(*t) for t in traces]
     n = cfg.n_rollouts
     start = time.perf_counter()
     prefixes = [[t.response[:c] for c in t.char_boundaries[:-1]] for t in traces]  # τ[:c_k]

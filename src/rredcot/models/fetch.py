@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rredcot.models.loading import _looks_like_path
+from rredcot.models.loading import looks_like_path
 
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 # Weights, configs and tokenizer files; optimizer states and other frameworks' weights are skipped.
@@ -53,7 +53,7 @@ def fetch_base_model(
     later gets the same weights. Returns (and writes to `out/fetched_from.json`) the record.
     """
     out = Path(out)
-    if _looks_like_path(name_or_path):
+    if looks_like_path(name_or_path):
         src = Path(name_or_path).expanduser()
         if not (src / "config.json").is_file():
             raise FileNotFoundError(

@@ -25,7 +25,7 @@ DTYPES: dict[str, torch.dtype | str] = {
 }
 
 
-def _looks_like_path(name_or_path: str) -> bool:
+def looks_like_path(name_or_path: str) -> bool:
     """A Hub id is `name` or `owner/name`; anything else (or anything on disk) is a path."""
     return (
         Path(name_or_path).exists()
@@ -36,7 +36,7 @@ def _looks_like_path(name_or_path: str) -> bool:
 
 def _unavailable(name_or_path: str, err: Exception) -> OSError:
     """The error for a model that is neither on disk nor reachable on the Hub."""
-    if _looks_like_path(name_or_path):
+    if looks_like_path(name_or_path):
         return OSError(
             f"model {name_or_path!r}: local path does not exist or is incomplete ({err})"
         )
@@ -51,7 +51,7 @@ def _unavailable(name_or_path: str, err: Exception) -> OSError:
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     """The tokenizer of a model, padded on the left for generation; pad falls back to eos."""
     name = str(name_or_path)
-    if _looks_like_path(name) and not Path(name).expanduser().exists():
+    if looks_like_path(name) and not Path(name).expanduser().exists():
         raise _unavailable(name, FileNotFoundError(name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(name).expanduser()))
@@ -72,7 +72,7 @@ def load_model(
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
     name = str(name_or_path)
-    if _looks_like_path(name) and not Path(name).expanduser().exists():
+    if looks_like_path(name) and not Path(name).expanduser().exists():
         raise _unavailable(name, FileNotFoundError(name))
     try:
         model = AutoModelForCausalLM.from_pretrained(

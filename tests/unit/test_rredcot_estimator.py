@@ -28,7 +28,6 @@ from rredcot.credit.rredcot import (
     credit_from_scores,
     draw_suffixes,
     join_at_state,
-    packed_forward_tokens,
     rredcot_credit,
     rredcot_credit_batch,
     split_lines,
@@ -443,11 +442,6 @@ def test_continuations_without_eos_and_verbatim(tokenizer):
     assert conts.answer_now == tokenizer("\nAnswer: 1.")["input_ids"]
 
 
-def test_packed_forward_tokens_formula():
-    # P + T + (K+1)·Σ(|c|−1) = 5 + 7 + 3·((4−1) + (1−1) + (6−1)) = 36
-    assert packed_forward_tokens(5, 7, 3, [4, 1, 6]) == 36
-
-
 # --------------------------------------------------------------------------- toy policy
 
 # A tabular policy over 4 symbols + EOS (id 4) whose next-token distribution depends on the
@@ -589,6 +583,18 @@ def model(tokenizer):
     torch.set_num_threads(threads)
 
 
+def _run_tokens(continuations: list[list[int]], response: list[int], b: int) -> int:
+    """Tokens the packed scorer runs for `continuations` at state b: each without its last
+    token, less the leading ones that repeat τ[b:] (read off the trace's encoding)."""
+    total = 0
+    for c in continuations:
+        k = 0
+        while k < len(c) - 1 and b + k < len(response) and c[k] == response[b + k]:
+            k += 1
+        total += len(c) - 1 - k
+    return total
+
+
 def _trace(tokenizer, response: str) -> tuple[list[int], list[int], list[int]]:
     task = get_task("synthetic")
     prompt_ids = tokenizer(task.build_prompt(ROW["problem"]))["input_ids"]
@@ -603,7 +609,7 @@ def test_model_credit_matches_naive_scoring(model, tokenizer, variant):
     ref = ReferencePath.from_row(task, ROW)
     prompt_ids, response_ids, boundaries = _trace(tokenizer, WRONG)
     assert boundaries == [0, 11, 23, 35, 46]  # states end where a step line ends (K = 4)
-    config = RREDCoTConfig(value=variant)
+    config = RREDCoTConfig(value=variant, prune_nats=None)  # every suffix in full
     result = rredcot_credit(
         model, tokenizer, task, prompt_ids, response_ids, boundaries, ref, 0.0, config
     )
@@ -655,7 +661,8 @@ def test_model_credit_cost_and_batching(model, tokenizer):
         Trace(*_trace(tokenizer, SOLUTION), ref, 1.0),
         Trace(*_trace(tokenizer, WRONG), ref, 0.0),
     ]
-    batch = rredcot_credit_batch(model, tokenizer, task, traces)
+    exact = RREDCoTConfig(prune_nats=None)  # every suffix in full: the cost is a formula
+    batch = rredcot_credit_batch(model, tokenizer, task, traces, exact)
     alone = [
         rredcot_credit(
             model,
@@ -666,6 +673,7 @@ def test_model_credit_cost_and_batching(model, tokenizer):
             trace.boundaries,
             ref,
             trace.reward,
+            exact,
         )
         for trace in traces
     ]
@@ -673,23 +681,33 @@ def test_model_credit_cost_and_batching(model, tokenizer):
         torch.testing.assert_close(got.sigma, one.sigma, atol=1e-9, rtol=0)
         torch.testing.assert_close(got.phi, one.phi, atol=1e-9, rtol=0)
     # Cost by hand for the wrong trace alone: x ⊕ τ encoded once; state 0 (the prompt ends with
-    # "\n") scores the after-newline continuations, states 1 … 4 the others.
+    # "\n") scores the after-newline continuations, states 1 … 4 the others; a continuation
+    # runs its tokens without the last, less those that repeat τ's own next tokens (read off
+    # the encoding: here the "\n" that starts every continuation after a step line).
     p, t = len(traces[1].prompt_ids), len(traces[1].response_ids)
     after = build_continuations(task, ref, tokenizer, state_ends_with_newline=True).all_ids()
     other = build_continuations(task, ref, tokenizer, state_ends_with_newline=False).all_ids()
-    state0 = sum(len(c) - 1 for c in after)
-    assert alone[1].forward_tokens == p + t + state0 + 4 * sum(len(c) - 1 for c in other)
+    response = traces[1].response_ids
+
+    def cost(conts: list[list[int]], b: int) -> int:
+        return _run_tokens(conts, response, b)
+
+    state0 = cost(after, 0)
+    # after a step line τ goes on with "\n", as every continuation starts: ≥ 1 token read off
+    assert all(cost(other, b) <= sum(len(c) - 2 for c in other) for b in (11, 23, 35))
+    steps = sum(cost(other, b) for b in traces[1].boundaries[1:])
+    assert alone[1].forward_tokens == p + t + state0 + steps
     # In one batch the prompt's encoding and the states both traces have are counted at the
     # first: s_0 and s_1 = x ⊕ "d=a+b=3+8=1" (both responses start with that line).
     assert batch[0].forward_tokens == alone[0].forward_tokens
-    shared_tokens = p + state0 + sum(len(c) - 1 for c in other)
+    shared_tokens = p + state0 + cost(other, 11)
     assert batch[1].forward_tokens == alone[1].forward_tokens - shared_tokens
     # The two responses share their first step line, so s_1 = x ⊕ "d=a+b=3+8=1" is scored once;
     # they differ in the second line ("=3" / "=4"), so s_2 is scored for each.
     assert traces[0].boundaries[:3] == traces[1].boundaries[:3] == [0, 11, 23]
     two = [Trace(tr.prompt_ids, tr.response_ids[:23], [0, 11, 23], ref, 0.0) for tr in traces]
     assert two[0].response_ids != two[1].response_ids
-    pair = rredcot_credit_batch(model, tokenizer, task, two)
+    pair = rredcot_credit_batch(model, tokenizer, task, two, exact)
     assert pair[1].forward_tokens == 23 + sum(len(c) - 1 for c in other)  # τ and s_2 only
     for a, b in (
         (pair[0].answer_logprob, pair[1].answer_logprob),
@@ -710,8 +728,10 @@ def test_model_credit_on_a_callers_encoding(model, tokenizer):
     got = rredcot_credit_batch(model, tokenizer, task, [cut], encoded=encoded, encoded_rows=[0])
     want = rredcot_credit_batch(model, tokenizer, task, [cut])[0]
     torch.testing.assert_close(got[0].phi, want.phi, atol=1e-9, rtol=0)
-    # the encoding is the caller's cost: only the continuations are counted here
-    assert got[0].forward_tokens == want.forward_tokens - len(prompt_ids) - boundaries[-2]
+    # the encoding is the caller's cost: only the continuations are counted here; and as the
+    # caller's encoding goes on past the cut with τ's answer line, the continuations at the last
+    # state read more of their tokens off it ("\nAnswer: " is τ's own next text there)
+    assert got[0].forward_tokens < want.forward_tokens - len(prompt_ids) - boundaries[-2]
     with pytest.raises(ValueError, match="encoded_rows"):
         rredcot_credit_batch(model, tokenizer, task, [cut], encoded=encoded)
     with pytest.raises(ValueError, match=r"encoded_rows\[0\]"):
@@ -760,7 +780,7 @@ def test_verbatim_join_scores_one_continuation_set(model, tokenizer):
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
     prompt_ids, response_ids, boundaries = _trace(tokenizer, WRONG)
-    config = RREDCoTConfig(join="verbatim", end_with_eos=False)
+    config = RREDCoTConfig(join="verbatim", end_with_eos=False, prune_nats=None)
     result = rredcot_credit(
         model, tokenizer, task, prompt_ids, response_ids, boundaries, ref, 1.0, config
     )
@@ -769,4 +789,46 @@ def test_verbatim_join_scores_one_continuation_set(model, tokenizer):
     assert result.answer_logprob[0].item() == pytest.approx(want, abs=1e-9)
     conts = build_continuations(task, ref, tokenizer, end_with_eos=False, join="verbatim")
     p, t = len(prompt_ids), len(response_ids)
-    assert result.forward_tokens == p + t + 5 * sum(len(c) - 1 for c in conts.all_ids())
+    runs = sum(_run_tokens(conts.all_ids(), response_ids, b) for b in boundaries)
+    assert result.forward_tokens == p + t + runs
+
+
+def test_pruned_credit_is_within_its_bound_and_cheaper(model, tokenizer):
+    # Default pruning (30 nats below R̂_k): suffixes that cannot matter count as 0, so Φ_k
+    # moves by less than J·e^−30·R̂_k and σ with it; the random model's long suffixes are far
+    # below R̂_k, so fewer tokens run.
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    trace = Trace(*_trace(tokenizer, WRONG), ref, 0.0)
+    exact, pruned = (
+        rredcot_credit_batch(model, tokenizer, task, [trace], RREDCoTConfig(prune_nats=nats))[0]
+        for nats in (None, 30.0)
+    )
+    assert RREDCoTConfig().prune_nats == 30.0
+    dropped = torch.isinf(pruned.suffix_logprobs)
+    assert dropped.any() and not torch.isinf(exact.suffix_logprobs).any()
+    assert (
+        exact.suffix_logprobs[dropped]
+        < exact.answer_logprob[:, None].expand_as(dropped)[dropped] - 30
+    ).all()
+    kept = ~dropped
+    torch.testing.assert_close(
+        pruned.suffix_logprobs[kept], exact.suffix_logprobs[kept], atol=1e-9, rtol=0
+    )
+    bound = ref.num_segments * math.exp(-30) * exact.r_hat
+    assert ((exact.phi - pruned.phi).abs() <= bound + 1e-300).all()
+    assert pruned.forward_tokens < exact.forward_tokens
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"prune_nats": 0}, "prune_nats"),
+        ({"prune_nats": True}, "prune_nats"),
+        ({"prune_first_chunk": 0}, "prune_first_chunk"),
+        ({"prune_first_chunk": 1.5}, "prune_first_chunk"),
+    ],
+)
+def test_pruning_config_rejects_bad_values(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        RREDCoTConfig(**kwargs)

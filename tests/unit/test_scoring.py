@@ -27,6 +27,7 @@ from rredcot.scoring import (
     token_logprobs,
 )
 from rredcot.scoring.packed import (
+    Pruning,
     StateQuery,
     _Block,
     _length_buckets,
@@ -79,6 +80,9 @@ def _model(impl: str = "sdpa", dtype: torch.dtype = torch.float32) -> torch.nn.M
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     return _model()
+
+
+_F64 = _model("sdpa", torch.float64)  # exact comparisons (the property tests share one model)
 
 
 def _ids(rng: random.Random, n: int, vocab: int) -> list[int]:
@@ -235,6 +239,124 @@ def test_packed_matches_naive_property(model, vocab, data):
     packed = score_states_batch(model, [spec], max_tokens_per_pass=cap)[0]
     assert packed.shape == (len(boundaries), len(lengths))
     torch.testing.assert_close(packed, _naive_states(model, spec), atol=1e-5, rtol=0)
+
+
+def _pruned(model, spec: TraceSpec, prune: Pruning | None, **kwargs) -> tuple[torch.Tensor, int]:
+    encoded = encode_traces(model, [spec.prompt_ids], [spec.response_ids])
+    query = StateQuery(0, list(spec.boundaries), spec.continuations)
+    run: list[int] = []
+    table = score_encoded(model, encoded, [query], prune=prune, tokens=run, **kwargs)[0]
+    return table, run[0]
+
+
+def test_continuations_that_follow_the_trace_read_its_encoding(vocab):
+    # A continuation that starts with the trace's own next tokens τ[b : b + k] is scored from
+    # the encoding for those k tokens; only the rest runs. The scores stay the naive ones.
+    model = _model("sdpa", torch.float64)
+    rng = random.Random(7)
+    prompt, response = _ids(rng, 4, vocab), _ids(rng, 12, vocab)
+    boundaries = [0, 3, 8, 12]
+    other = [v for v in range(vocab) if v not in response][:3]
+    continuations = [
+        response[3:7] + other[:2],  # follows τ for 4 tokens after b = 3
+        response[:12],  # τ itself: at b = 0 every input is the trace's
+        other,  # never follows τ
+        [response[8]] + other[:1],  # follows τ for one token after b = 8
+    ]
+    spec = TraceSpec(prompt, response, boundaries, continuations)
+    table, run = _pruned(model, spec, None)
+    torch.testing.assert_close(table, _naive_states(model, spec), atol=1e-10, rtol=0)
+
+    # inputs run: len(c) − 1 − k per (state, continuation), k = tokens following τ from b
+    def follows(c: list[int], b: int) -> int:
+        k = 0
+        while k < len(c) - 1 and b + k < len(response) and c[k] == response[b + k]:
+            k += 1
+        return k
+
+    expected = sum(len(c) - 1 - follows(c, b) for b in boundaries for c in continuations)
+    assert run == expected
+    assert follows(continuations[0], 3) == 4 and follows(continuations[1], 0) == 11
+    assert expected < len(boundaries) * sum(len(c) - 1 for c in continuations)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_pruned_scores_are_exact_or_provably_small_property(vocab, data):
+    # Rounds of first_chunk, 2·first_chunk … tokens on the keys of the earlier rounds: every
+    # kept entry equals the naive score; a dropped one (−inf) is naively below anchor − nats.
+    model = _F64
+    prompt_len = data.draw(st.integers(1, 5), label="P")
+    response_len = data.draw(st.integers(0, 12), label="T")
+    inner = data.draw(st.sets(st.integers(1, max(response_len - 1, 1)), max_size=3), label="b")
+    boundaries = sorted({0, response_len} | {b for b in inner if 0 < b < response_len})
+    lengths = data.draw(st.lists(st.integers(1, 14), min_size=2, max_size=4), label="|c|")
+    nats = data.draw(st.sampled_from([1e9, 2.0, 8.0, 20.0]), label="nats")
+    first = data.draw(st.integers(1, 5), label="first_chunk")
+    anchor = data.draw(st.integers(0, len(lengths) - 1), label="anchor")
+    cap = data.draw(st.one_of(st.none(), st.integers(1, 12)), label="cap")
+    row_tokens = data.draw(st.sampled_from([None, 0, 5]), label="row_tokens")
+    rng = random.Random(data.draw(st.integers(0, 2**16), label="seed"))
+    response = _ids(rng, response_len, vocab)
+    continuations = [_ids(rng, n, vocab) for n in lengths]
+    if response_len > 2 and data.draw(st.booleans(), label="follows τ"):
+        continuations[-1] = response[1:] + continuations[-1]  # skips, then rounds
+    spec = TraceSpec(_ids(rng, prompt_len, vocab), response, boundaries, continuations)
+    table, _ = _pruned(
+        model, spec, Pruning(nats, first, anchor), max_tokens_per_pass=cap, row_tokens=row_tokens
+    )
+    naive = _naive_states(model, spec)
+    kept = torch.isfinite(table)
+    torch.testing.assert_close(table[kept], naive[kept], atol=1e-10, rtol=0)
+    assert kept[:, anchor].all()
+    bound = (naive[:, anchor : anchor + 1] - nats).expand_as(naive)
+    assert (naive[~kept] < bound[~kept] + 1e-10).all()
+    if nats > 1e6:
+        assert kept.all()
+
+
+def test_pruning_drops_and_saves_tokens_by_hand(vocab):
+    # Random weights: a 12-token continuation has log-prob ≈ −12·log V, far below a 2-token
+    # anchor, so with nats 1 and first_chunk 2 it is dropped after its first round.
+    model = _F64
+    rng = random.Random(3)
+    spec = TraceSpec(
+        _ids(rng, 3, vocab),
+        _ids(rng, 6, vocab),
+        [0, 3, 6],
+        [_ids(rng, 2, vocab), _ids(rng, 12, vocab), _ids(rng, 3, vocab)],
+    )
+    naive = _naive_states(model, spec)
+    table, run = _pruned(model, spec, Pruning(1.0, first_chunk=2))
+    _, full = _pruned(model, spec, None)
+    assert (naive[:, 1] < naive[:, 0] - 30).all()  # the long one cannot matter
+    assert torch.isinf(table[:, 1]).all() and (table[:, 1] < 0).all()
+    # each state: anchor 1 input, the long one 2 (first round), the 3-token one 2 (≤ chunk)
+    assert full == 3 * (1 + 11 + 2) and run == 3 * (1 + 2 + 2)
+    torch.testing.assert_close(table[:, [0, 2]], naive[:, [0, 2]], atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"nats": 0.0}, "nats"),
+        ({"nats": math.inf}, "nats"),
+        ({"first_chunk": 0}, "first_chunk"),
+        ({"anchor": -1}, "anchor"),
+    ],
+)
+def test_pruning_rejects_bad_fields(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        Pruning(**{"nats": 10.0, **kwargs})
+
+
+def test_pruning_anchor_must_be_a_column(vocab):
+    rng = random.Random(0)
+    spec = TraceSpec(_ids(rng, 2, vocab), _ids(rng, 3, vocab), [0, 3], [_ids(rng, 2, vocab)])
+    with pytest.raises(ValueError, match="anchor"):
+        _pruned(_F64, spec, Pruning(10.0, anchor=1))
 
 
 @pytest.mark.parametrize("cap", [None, 10])

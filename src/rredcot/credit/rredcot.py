@@ -190,6 +190,10 @@ def _ref_path_ratio(scores: ReferenceScores) -> torch.Tensor:
     return logp - logp[0]
 
 
+PRUNABLE: tuple[str, ...] = ("ref_suffix_sum", "ref_suffix_max")
+"""Value variants that only add up or compare suffix probabilities, so a suffix far below R̂_k
+may count as 0 (`RREDCoTConfig.prune_nats`)."""
+
 VALUE_VARIANTS: dict[str, Callable[[ReferenceScores], torch.Tensor]] = {
     "ref_suffix_sum": _ref_suffix_sum,
     "ref_suffix_max": _ref_suffix_max,
@@ -241,6 +245,14 @@ class RREDCoTConfig:
     m of the J drawn uniformly without replacement (the same for all states of a trace and all
     traces of a prompt in one call), v̂_k = (J/m)·Σ_{j∈S} π(C*_j | s_k), unbiased for
     ref_suffix_sum's v̂ at about m/J of its scoring cost; m ≥ J scores all. ref_suffix_sum only."""
+    prune_nats: float | None = 30.0
+    """Stop scoring a reference suffix once its running log-prob at a state is this many nats
+    below the answer-now log R̂_k (`rredcot.scoring.packed.Pruning`): it counts as 0, and Φ_k
+    loses less than J·e^−nats·R̂_k (30: J·10⁻¹³ of R̂_k). None scores every suffix in full.
+    Applies to ref_suffix_sum and ref_suffix_max; the other variants read log π(C* | s_k)
+    itself and always score it in full."""
+    prune_first_chunk: int = 16
+    """Pruning: suffix tokens scored before the first check; each later round doubles it."""
 
     def __post_init__(self) -> None:
         if self.value not in VALUE_VARIANTS:
@@ -280,6 +292,21 @@ class RREDCoTConfig:
             raise ValueError(
                 f"estimator.rredcot.suffixes: sampling {m} suffixes is unbiased for "
                 f'ref_suffix_sum only; value {self.value!r} needs suffixes: "all"'
+            )
+        nats = self.prune_nats
+        if nats is not None and (
+            isinstance(nats, bool)
+            or not isinstance(nats, Real)
+            or not math.isfinite(nats)
+            or nats <= 0
+        ):
+            raise ValueError(
+                f"estimator.rredcot.prune_nats: expected a number > 0 or None, got {nats!r}"
+            )
+        chunk = self.prune_first_chunk
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(
+                f"estimator.rredcot.prune_first_chunk: expected an integer ≥ 1, got {chunk!r}"
             )
         cap = self.max_tokens_per_pass
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -480,7 +507,8 @@ class RREDCoTResult:
 
     States k = 0 … K: answer_logprob (log R̂), r_hat, v_hat, phi, suffix_logprobs (K+1, m):
     log π(C*_j | s_k) for the scored suffixes j ∈ suffix_columns (all J unless the config's
-    `suffixes` is a number). Segments k = 1 … K (stored at k−1): h (raw credit), sigma
+    `suffixes` is a number; −inf where pruning dropped the suffix, `RREDCoTConfig.prune_nats`).
+    Segments k = 1 … K (stored at k−1): h (raw credit), sigma
     (redistributed reward). forward_tokens: real tokens the model ran for this trace (shared
     work counted once, see `rredcot_credit_batch`).
     """
@@ -549,14 +577,6 @@ def state_ends_with_newline(
     ]
 
 
-def packed_forward_tokens(
-    prompt_len: int, response_len: int, num_states: int, continuation_lens: Sequence[int]
-) -> int:
-    """Real tokens the packed scorer runs for one trace spec: x ⊕ τ once, then at each of the
-    K+1 states every continuation without its last token: P + T + (K+1)·Σ_m (|c_m| − 1)."""
-    return prompt_len + response_len + num_states * sum(n - 1 for n in continuation_lens)
-
-
 def _check_encoded_rows(traces: Sequence[Trace], encoded: Any, rows: Sequence[int]) -> None:
     if len(rows) != len(traces):
         raise ValueError(
@@ -615,7 +635,7 @@ def rredcot_credit_batch(
     encoding, state 0) is counted at the first trace that needs it, so the batch's sum is the
     batch's cost.
     """
-    from rredcot.scoring.packed import StateQuery, encode_traces, score_encoded
+    from rredcot.scoring.packed import Pruning, StateQuery, encode_traces, score_encoded
 
     config = RREDCoTConfig() if config is None else config
     if not traces:
@@ -666,6 +686,7 @@ def rredcot_credit_batch(
         return built[ref, kind]
 
     queries: list[Any] = []
+    asked_by: list[int] = []  # the trace each query was made for (its cost is counted there)
     shared: dict[tuple, tuple[int, int]] = {}  # a state's (query, row) by what it is
     where: list[list[tuple[int, int]]] = []  # per trace, per state k: (query, row in it)
     path_tokens: list[list[int]] = []
@@ -699,7 +720,6 @@ def rredcot_credit_batch(
             states = [k for k, kd in enumerate(kinds) if kd == kind]
             for k in states:
                 lengths[k] = len(conts.suffixes[0])
-            cost = sum(len(c) - 1 for c in cols)
             new: list[int] = []  # prefix lengths b of states not scored yet
             for k in states:
                 key = (group, tuple(trace.response_ids[: b[k]]), kind, chosen)
@@ -709,11 +729,24 @@ def rredcot_credit_batch(
                 own[k] = shared[key]
             if new:
                 queries.append(StateQuery(row, new, cols))
-                tokens[t] += cost * len(new)
+                asked_by.append(t)
         where.append(own)
         path_tokens.append(lengths)
 
-    tables = score_encoded(model, encoded, queries, max_tokens_per_pass=config.max_tokens_per_pass)
+    prune = None
+    if config.prune_nats is not None and config.value in PRUNABLE:
+        prune = Pruning(config.prune_nats, config.prune_first_chunk, anchor=0)  # 0: answer-now
+    run: list[int] = []
+    tables = score_encoded(
+        model,
+        encoded,
+        queries,
+        max_tokens_per_pass=config.max_tokens_per_pass,
+        prune=prune,
+        tokens=run,
+    )
+    for t, n in zip(asked_by, run, strict=True):
+        tokens[t] += n
     results = []
     for t, trace in enumerate(traces):
         per_state = torch.stack([tables[q][a] for q, a in where[t]])  # (K+1, 1 + m [+ 1])

@@ -15,7 +15,10 @@ trace is encoded once, and the continuations of all states reuse its keys and va
    layout, [left-padded prompt | right-padded response], and the last hidden state at every
    position: projected onto the vocabulary it gives the log-probs and entropies of the
    response tokens (the segmentation's input, `EncodedTraces.token_scores`) and the first
-   token of every continuation at every state (hidden state at P + b − 1).
+   token of every continuation at every state (hidden state at P + b − 1). A continuation
+   whose first k tokens repeat the trace's own next tokens τ[b : b + k] (a reference line the
+   policy wrote itself, the newline every continuation starts with) has its tokens 1 … k read
+   off the encoding too (hidden states at P + b … P + b + k − 1); only the rest is run.
 2. **Continuation passes** (`score_encoded`). Each continuation without its last token (which
    predicts nothing) is a *block*; a block sits at one state of one trace. Blocks of the same
    trace are packed back to back into batch rows of about `row_tokens` tokens (a block never
@@ -25,6 +28,15 @@ trace is encoded once, and the continuations of all states reuse its keys and va
    c_m,t sits in the unpacked x ⊕ τ_<b ⊕ c_m, so RoPE sees the same relative positions. The
    output at c_m,t scores c_m,t+1. Rows of similar width share a pass, so padding stays small;
    each pass keeps only the cache slots its rows can see.
+
+3. **Pruning rounds** (optional, `Pruning`). RREDCoT sums probabilities of reference suffixes,
+   and most suffixes at most states (those that would redo steps the trace already took) are
+   many orders of magnitude below the answer-now probability after a few tokens. With pruning,
+   blocks run their first `first_chunk` tokens; a block whose running log-prob is already
+   `nats` below its state's anchor column (answer-now, run in full) is dropped (−inf: its
+   probability is below e^−nats of the anchor's, and a running log-prob only falls); the others
+   run their next 2·, 4· … first_chunk tokens in later rounds, each on the keys and values of
+   the block's earlier tokens (kept between rounds) and its trace's cache, one block per row.
 
 Why rows of ~`row_tokens` tokens: attention inside a row costs width × (cache + width) entries,
 most of them masked, while every row pays for a copy of its trace's cache; a few hundred tokens
@@ -41,6 +53,7 @@ additive one, so both work. Flash and flex attention cannot take it and are refu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -337,13 +350,51 @@ def encode_traces(
 
 
 @dataclass(frozen=True)
+class Pruning:
+    """Stop scoring a continuation once it can no longer matter next to an anchor column.
+
+    With pruning, continuations are scored in rounds: `first_chunk` tokens each in the first
+    round (the `anchor` column in full), then 2·first_chunk, 4·first_chunk … tokens, each round
+    on the keys and values of the tokens scored before it. After a round, a continuation m at
+    state s whose running log-prob is below log π(c_anchor | s) − `nats` is dropped: its entry
+    becomes −inf. A running log-prob only falls as tokens are added, so a dropped continuation
+    has π(c_m | s) < e^−nats · π(c_anchor | s): a sum over the M columns of a state loses less
+    than M · e^−nats of the anchor's probability (nats = 20: M · 2·10⁻⁹, far below the float32
+    rounding of the scores themselves).
+    """
+
+    nats: float
+    first_chunk: int = 12
+    anchor: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nats, bool) or not math.isfinite(self.nats) or self.nats <= 0:
+            raise ValueError(f"prune nats: expected a finite number > 0, got {self.nats!r}")
+        if isinstance(self.first_chunk, bool) or self.first_chunk < 1:
+            raise ValueError(
+                f"prune first_chunk: expected an integer ≥ 1, got {self.first_chunk!r}"
+            )
+        if isinstance(self.anchor, bool) or self.anchor < 0:
+            raise ValueError(f"prune anchor: expected a column index ≥ 0, got {self.anchor!r}")
+
+
+@dataclass(frozen=True)
 class _Block:
-    """One continuation (without its last token) at one state of one trace."""
+    """A run of one continuation's tokens at one state of one trace.
+
+    The continuation's first `skip` tokens are the trace's own next tokens τ[b : b + skip]
+    (their keys and values are in the trace's cache); the block runs inputs c[skip + start :
+    skip + start + length] (length −1: to the end, without the last token) on top of
+    c[skip : skip + start], whose keys and values the caller supplies (later rounds of
+    `Pruning`; start 0: none)."""
 
     query: int
     state: int  # index into the query's states
     cont: int  # m
     b: int  # prefix length of the response: the state is x ⊕ τ[:b]
+    start: int = 0
+    length: int = -1
+    skip: int = 0
 
 
 @dataclass(frozen=True)
@@ -357,19 +408,29 @@ class _Row:
 
 
 def _pack_rows(
-    queries: Sequence[StateQuery], prompt_lengths: Sequence[int], row_tokens: int
+    queries: Sequence[StateQuery],
+    prompt_lengths: Sequence[int],
+    row_tokens: int,
+    plan: dict[tuple[int, int, int], tuple[int, int]] | None = None,
 ) -> list[_Row]:
     """Blocks of each trace, earliest state first, greedily packed into rows of at most
-    `row_tokens` tokens (0: one row per (query, state)). `prompt_lengths`: P of each trace."""
+    `row_tokens` tokens (0: one row per (query, state)). `prompt_lengths`: P of each trace.
+    `plan`: (skip, inputs to run) per (query, state, column) where not (0, all); a column with
+    nothing to run gets no block."""
+    plan = plan or {}
     blocks: dict[int, list[tuple[int, _Block, int]]] = {}  # trace -> (b, block, tokens)
     per_state: list[list[tuple[int, _Block, int]]] = []
     for q, query in enumerate(queries):
         for a, b in enumerate(query.states):
-            state_blocks = [
-                (b, _Block(q, a, m, b), len(c) - 1)
-                for m, c in enumerate(query.continuations)
-                if len(c) > 1  # a one-token continuation is scored by its first token alone
-            ]
+            state_blocks = []
+            for m, c in enumerate(query.continuations):
+                # a one-token continuation is scored by its first token alone
+                skip, n = plan.get((q, a, m), (0, len(c) - 1))
+                if n <= 0:
+                    continue
+                whole = n == len(c) - 1 - skip
+                block = _Block(q, a, m, b, 0, -1 if whole else n, skip)
+                state_blocks.append((b + skip, block, n))
             if row_tokens <= 0:
                 per_state.append(state_blocks)
             else:
@@ -411,6 +472,155 @@ def _plan_passes(rows: Sequence[_Row], cap: int | None) -> list[list[_Row]]:
     return passes
 
 
+@dataclass
+class _Extras:
+    """Keys and values of runs of continuation tokens, one run per item, all of one length D:
+    per layer (items, kv heads, D, head dim); `index[item]` is the item's row in them."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    index: dict[int, int]
+
+    @staticmethod
+    def concat(parts: Sequence[_Extras]) -> _Extras:
+        """The items of several parts (disjoint), stacked."""
+        parts = [p for p in parts if p.index]
+        index, offset = {}, 0
+        for part in parts:
+            index.update({it: offset + r for it, r in part.index.items()})
+            offset += len(part.index)
+        layers = range(len(parts[0].keys)) if parts else range(0)
+        return _Extras(
+            [torch.cat([p.keys[i] for p in parts]) for i in layers],
+            [torch.cat([p.values[i] for p in parts]) for i in layers],
+            index,
+        )
+
+    def then(self, later: _Extras, items: Sequence[int]) -> _Extras:
+        """Per item of `items`: its run here followed by its run in `later`."""
+        mine = torch.tensor([self.index[it] for it in items], device=self.keys[0].device)
+        theirs = torch.tensor([later.index[it] for it in items], device=self.keys[0].device)
+        return _Extras(
+            [
+                torch.cat([a[mine], b[theirs]], 2)
+                for a, b in zip(self.keys, later.keys, strict=True)
+            ],
+            [
+                torch.cat([a[mine], b[theirs]], 2)
+                for a, b in zip(self.values, later.values, strict=True)
+            ],
+            {it: r for r, it in enumerate(items)},
+        )
+
+
+def _run_pass(
+    model: torch.nn.Module,
+    encoded: EncodedTraces,
+    items: _Items,
+    batch: Sequence[_Row],
+    scores: torch.Tensor,
+    extras: _Extras | None,
+    keep: set[int],
+) -> _Extras:
+    """One continuation pass over `batch`: adds Σ log π of each block's targets into
+    `scores[item]` and returns the keys and values of the blocks whose item is in `keep` (all
+    of them of one length). With `extras` every row holds one block, which also sees its item's
+    earlier tokens (extras.keys[.., index[item]])."""
+    device = next(model.parameters()).device
+    p_max = encoded.prompt_width
+    width = max(row.width for row in batch)
+    n = len(batch)
+    # Per token of the pass, row-major and padded: what it reads, predicts, where it sits.
+    cols: dict[str, list[int]] = {k: [] for k in ("inputs", "targets", "position", "item")}
+    cols["block"], cols["hi"] = [], []  # block id in the pass; sees cache slots < hi
+    lo = [p_max - len(encoded.prompt_ids[row.trace]) for row in batch]  # and ≥ lo
+    offsets: list[tuple[int, int, int, int]] = []  # (row, offset, tokens, item) per block
+    blocks_seen = 0
+    for j, row in enumerate(batch):
+        p = len(encoded.prompt_ids[row.trace])
+        offset = 0
+        for bl in row.blocks:
+            c = items.queries[bl.query].continuations[bl.cont]
+            first = bl.skip + bl.start
+            n_tok = len(c) - 1 - first if bl.length < 0 else bl.length
+            item = items.at(bl.query, bl.state, bl.cont)
+            cols["inputs"] += c[first : first + n_tok]
+            cols["targets"] += c[first + 1 : first + 1 + n_tok]
+            cols["position"] += range(p + bl.b + first, p + bl.b + first + n_tok)  # c's place
+            cols["item"] += [item] * n_tok
+            cols["block"] += [blocks_seen] * n_tok
+            blocks_seen += 1
+            cols["hi"] += [p_max + bl.b + bl.skip] * n_tok
+            offsets.append((j, offset, n_tok, item))
+            offset += n_tok
+        pad = width - row.width
+        for key, fill in (("inputs", 0), ("targets", 0), ("position", 0), ("hi", 0)):
+            cols[key] += [fill] * pad
+        cols["item"] += [-1] * pad
+        cols["block"] += [-1 - j] * pad  # padding: its own block per row, never read
+    inputs, targets, position, item, block, hi = (
+        torch.tensor(cols[k], dtype=torch.long).view(n, width)
+        for k in ("inputs", "targets", "position", "item", "block", "hi")
+    )
+    lo_t = torch.tensor(lo)
+    s0, s1 = int(lo_t.min()), int(hi.max())  # the cache slots this pass can see
+    slots = torch.arange(s0, s1)
+    cache_ok = (slots[None, None, :] >= lo_t[:, None, None]) & (
+        slots[None, None, :] < hi[:, :, None]
+    )  # (n, W, S)
+    idx = torch.arange(width)
+    own = (block[:, :, None] == block[:, None, :]) & (idx[:, None] >= idx[None, :])
+    which = torch.tensor([row.trace for row in batch], device=device)
+    past = [
+        (k[which, :, s0:s1], v[which, :, s0:s1])
+        for k, v in zip(encoded.keys, encoded.values, strict=True)
+    ]
+    parts = [cache_ok]
+    e = 0
+    if extras is not None:  # one block per row: it sees all of its item's earlier tokens
+        rows_of = torch.tensor([extras.index[it] for *_, it in offsets], device=device)
+        past = [
+            (torch.cat([k, ek[rows_of]], 2), torch.cat([v, ev[rows_of]], 2))
+            for (k, v), ek, ev in zip(past, extras.keys, extras.values, strict=True)
+        ]
+        e = extras.keys[0].shape[2]
+        parts.append(torch.ones(n, width, e, dtype=torch.bool))
+    parts.append(own)
+    cache = DynamicCache(ddp_cache_data=past)
+    real = item >= 0  # (n, W)
+    out = _decoder(model)(
+        input_ids=inputs.to(device),
+        attention_mask=_allowed_to_mask(torch.cat(parts, -1).to(device), model),
+        position_ids=position.to(device),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    logits = _project(model, out.last_hidden_state[real.to(device)])  # (N, V)
+    log_pi, _ = gather_logprobs(logits, targets[real].to(device))  # (N,)
+    scores.index_add_(0, item[real].to(device), log_pi.to(torch.float64))
+    kept = [(j, offset, n_tok, it) for j, offset, n_tok, it in offsets if it in keep]
+    if not kept:
+        return _Extras([], [], {})
+    lengths = {n_tok for _, _, n_tok, _ in kept}
+    if len(lengths) != 1:
+        raise RuntimeError(f"pruning: kept blocks of different lengths {sorted(lengths)}")
+    start = (s1 - s0) + e  # the pass's own tokens in the returned cache
+    rows = torch.tensor([j for j, *_ in kept], device=device)
+    slot = torch.tensor([start + o for _, o, _, _ in kept], device=device)[:, None] + torch.arange(
+        lengths.pop(), device=device
+    )  # (N, L)
+
+    def take(t: torch.Tensor) -> torch.Tensor:  # (n, kv, S, d) -> (N, kv, L, d)
+        return t.transpose(1, 2)[rows[:, None], slot].transpose(1, 2)
+
+    layers = out.past_key_values.layers
+    return _Extras(
+        [take(layer.keys) for layer in layers],
+        [take(layer.values) for layer in layers],
+        {it: r for r, (*_, it) in enumerate(kept)},
+    )
+
+
 @torch.inference_mode()
 def score_encoded(
     model: torch.nn.Module,
@@ -419,6 +629,8 @@ def score_encoded(
     *,
     max_tokens_per_pass: int | None = None,
     row_tokens: int | None = None,
+    prune: Pruning | None = None,
+    tokens: list[int] | None = None,
 ) -> list[torch.Tensor]:
     """S_q[a, m] = log π(c_m | x_i ⊕ τ_i[:b_a]) for each query q = (i, states b, continuations).
 
@@ -426,7 +638,9 @@ def score_encoded(
     continuation is scored from the encoded hidden state at the state; the rest in the
     continuation passes (module docstring). `max_tokens_per_pass` caps rows × width of a pass
     (None: passes are cut by padding only); `row_tokens` is the packed row width (0: one row
-    per state; None: `ROW_TOKENS`).
+    per state; None: `ROW_TOKENS`). `prune`: score in rounds and drop (−inf) what cannot matter
+    next to the anchor column (`Pruning`). `tokens`: a list that receives, per query, the
+    continuation tokens run for it.
     """
     if not queries:
         return []
@@ -434,7 +648,6 @@ def score_encoded(
     if max_tokens_per_pass is not None and max_tokens_per_pass < 1:
         raise ValueError(f"max_tokens_per_pass: expected None or ≥ 1, got {max_tokens_per_pass}")
     _check_model(model)
-    device = next(model.parameters()).device
     for q, query in enumerate(queries):
         if not 0 <= query.trace < len(encoded):
             raise ValueError(f"queries[{q}].trace: {query.trace} is not an encoded trace")
@@ -442,100 +655,174 @@ def score_encoded(
         bad = [b for b in query.states if not 0 <= b <= t]
         if bad:
             raise ValueError(f"queries[{q}].states: {bad} outside 0 … T = {t}")
+        if prune is not None and prune.anchor >= len(query.continuations):
+            raise ValueError(
+                f"prune anchor: column {prune.anchor} does not exist in queries[{q}] "
+                f"({len(query.continuations)} continuations)"
+            )
 
-    # First tokens: log π(c_m,0 | x ⊕ τ_<b) from the hidden state at P + b − 1.
-    pairs = [(q.trace, b) for q in queries for b in q.states]
-    hidden = encoded.hidden[[i for i, _ in pairs], [b for _, b in pairs]]  # (ΣA, H)
-    chunk = _chunk_rows(model.get_output_embeddings().weight.shape[0])
-    first_log_pi = torch.cat(
+    items = _Items(queries)
+    scores, skips = _leading_scores(model, encoded, items)  # (items,) float64, per item
+
+    # Continuation passes: one round, or rounds of pruning.
+    prompt_lengths = [len(p) for p in encoded.prompt_ids]
+    run = [0] * len(queries)
+    plan: dict[tuple[int, int, int], tuple[int, int]] = {}
+    pending: list[int] = []  # items that still run tokens after the first round
+    for it in range(len(items)):
+        q, a, m = items.where(it)
+        todo = items.inputs(it) - skips[it]
+        size = todo
+        if prune is not None and m != prune.anchor and todo > prune.first_chunk:
+            size = prune.first_chunk
+            pending.append(it)
+        if skips[it] or size != todo:
+            plan[q, a, m] = (skips[it], size)
+        run[q] += size
+    kept = _Extras.concat(
         [
-            torch.log_softmax(_project(model, hidden[s : s + chunk]).to(torch.float64), -1)
-            for s in range(0, len(hidden), chunk)
+            _run_pass(model, encoded, items, batch, scores, None, set(pending))
+            for batch in _plan_passes(
+                _pack_rows(queries, prompt_lengths, row_tokens, plan), max_tokens_per_pass
+            )
         ]
-    )  # (ΣA, V)
-    tables: list[torch.Tensor] = []
-    start = 0
-    for query in queries:
-        first_tok = torch.tensor([c[0] for c in query.continuations], device=device)
-        n = len(query.states)
-        tables.append(first_log_pi[start : start + n][:, first_tok])  # (A, M)
-        start += n
-    del first_log_pi
-
-    # Continuation passes.
-    decoder = _decoder(model)
-    p_max = encoded.prompt_width
-    base, flat = [], 0  # offset of query q's (a, m) items in the flat `rest`
-    for query in queries:
-        base.append(flat)
-        flat += len(query.states) * len(query.continuations)
-    rest = torch.zeros(flat, dtype=torch.float64, device=device)  # Σ_{t≥1} log π(c_m,t)
-    for batch in _plan_passes(
-        _pack_rows(queries, [len(p) for p in encoded.prompt_ids], row_tokens), max_tokens_per_pass
-    ):
-        width = max(row.width for row in batch)
-        n = len(batch)
-        # Per token of the pass, row-major and padded: what it reads, predicts, where it sits.
-        cols: dict[str, list[int]] = {k: [] for k in ("inputs", "targets", "position", "item")}
-        cols["block"], cols["hi"] = [], []  # block id in the pass; sees cache slots < hi
-        lo = [p_max - len(encoded.prompt_ids[row.trace]) for row in batch]  # and ≥ lo
-        blocks_seen = 0
-        for j, row in enumerate(batch):
-            p = len(encoded.prompt_ids[row.trace])
-            for bl in row.blocks:
-                query = queries[bl.query]
-                c = query.continuations[bl.cont]
-                n_tok = len(c) - 1
-                cols["inputs"] += c[:-1]
-                cols["targets"] += c[1:]
-                cols["position"] += range(p + bl.b, p + bl.b + n_tok)
-                cols["item"] += [
-                    base[bl.query] + bl.state * len(query.continuations) + bl.cont
-                ] * n_tok
-                cols["block"] += [blocks_seen] * n_tok
-                blocks_seen += 1
-                cols["hi"] += [p_max + bl.b] * n_tok
-            pad = width - row.width
-            for key, fill in (("inputs", 0), ("targets", 0), ("position", 0), ("hi", 0)):
-                cols[key] += [fill] * pad
-            cols["item"] += [-1] * pad
-            cols["block"] += [-1 - j] * pad  # padding: its own block per row, never read
-        inputs, targets, position, item, block, hi = (
-            torch.tensor(cols[k], dtype=torch.long).view(n, width)
-            for k in ("inputs", "targets", "position", "item", "block", "hi")
+    )
+    if pending:
+        _pruning_rounds(
+            model, encoded, items, scores, skips, pending, kept, prune, max_tokens_per_pass, run
         )
-        lo = torch.tensor(lo)
-        s0, s1 = int(lo.min()), int(hi.max())  # the cache slots this pass can see
-        slots = torch.arange(s0, s1)
-        cache_ok = (slots[None, None, :] >= lo[:, None, None]) & (
-            slots[None, None, :] < hi[:, :, None]
-        )  # (n, W, S)
-        idx = torch.arange(width)
-        own = (block[:, :, None] == block[:, None, :]) & (idx[:, None] >= idx[None, :])
-        which = torch.tensor([row.trace for row in batch], device=device)
-        cache = DynamicCache(
-            ddp_cache_data=[
-                (k[which, :, s0:s1], v[which, :, s0:s1])
-                for k, v in zip(encoded.keys, encoded.values, strict=True)
+    if tokens is not None:
+        tokens[:] = run
+    scores = scores.cpu()
+    return [
+        scores[f : f + len(q.states) * len(q.continuations)].view(len(q.states), -1)
+        for f, q in zip(items.flat, queries, strict=True)
+    ]
+
+
+class _Items:
+    """Every (query q, state a, column m), numbered in query order: item = flat[q] + a·M_q + m."""
+
+    def __init__(self, queries: Sequence[StateQuery]) -> None:
+        self.queries = queries
+        self.flat: list[int] = []
+        self.owner: list[int] = []
+        for q, query in enumerate(queries):
+            self.flat.append(len(self.owner))
+            self.owner += [q] * (len(query.states) * len(query.continuations))
+
+    def __len__(self) -> int:
+        return len(self.owner)
+
+    def where(self, item: int) -> tuple[int, int, int]:
+        """(q, a, m) of an item."""
+        q = self.owner[item]
+        a, m = divmod(item - self.flat[q], len(self.queries[q].continuations))
+        return q, a, m
+
+    def at(self, q: int, a: int, m: int) -> int:
+        return self.flat[q] + a * len(self.queries[q].continuations) + m
+
+    def inputs(self, item: int) -> int:
+        """Tokens fed for the item's continuation: all but its last."""
+        q, _, m = self.where(item)
+        return len(self.queries[q].continuations[m]) - 1
+
+
+def _leading_scores(
+    model: torch.nn.Module, encoded: EncodedTraces, items: _Items
+) -> tuple[torch.Tensor, list[int]]:
+    """Σ log π of each item's leading tokens, read off the encoding, and how many inputs that
+    skips: c_0 always, and c_1 … c_k when c_0 … c_{k−1} are the trace's own next tokens
+    τ[b : b + k] (their keys are in the trace's cache), each from the encoded hidden state at
+    P + b + t − 1. The continuation passes run the rest of c from input k on."""
+    device = next(model.parameters()).device
+    skips = [0] * len(items)
+    at: list[tuple[int, int]] = []  # (trace, position b + t)
+    token: list[int] = []
+    owner: list[int] = []
+    for it in range(len(items)):
+        q, a, m = items.where(it)
+        query = items.queries[q]
+        c, b = query.continuations[m], query.states[a]
+        response = encoded.response_ids[query.trace]
+        k = 0
+        while k < len(c) - 1 and b + k < len(response) and c[k] == response[b + k]:
+            k += 1
+        skips[it] = k
+        at += [(query.trace, b + t) for t in range(k + 1)]
+        token += c[: k + 1]
+        owner += [it] * (k + 1)
+    distinct = {pair: r for r, pair in enumerate(dict.fromkeys(at))}
+    hidden = encoded.hidden[[i for i, _ in distinct], [t for _, t in distinct]]  # (U, H)
+    rows = _chunk_rows(model.get_output_embeddings().weight.shape[0])
+    log_pi = torch.cat(
+        [
+            torch.log_softmax(_project(model, hidden[s : s + rows]).to(torch.float64), -1)
+            for s in range(0, len(hidden), rows)
+        ]
+    )  # (U, V)
+    lead = log_pi[
+        torch.tensor([distinct[pair] for pair in at], device=device),
+        torch.tensor(token, device=device),
+    ]
+    scores = torch.zeros(len(items), dtype=torch.float64, device=device)
+    return scores.index_add_(0, torch.tensor(owner, device=device), lead), skips
+
+
+def _pruning_rounds(
+    model: torch.nn.Module,
+    encoded: EncodedTraces,
+    items: _Items,
+    scores: torch.Tensor,
+    skips: Sequence[int],
+    pending: list[int],
+    kept: _Extras,
+    prune: Pruning,
+    max_tokens_per_pass: int | None,
+    run: list[int],
+) -> None:
+    """Rounds 2, 3 … of `Pruning` on the items still `pending` after the first round (which ran
+    `prune.first_chunk` of their inputs; `kept`: those inputs' keys and values): drop (−inf in
+    `scores`) what is below its anchor − nats, run the next 2·, 4· … first_chunk inputs of the
+    rest on the keys of what they ran before, until every item is finished or dropped. Adds
+    the inputs run to `run[q]`."""
+    device = scores.device
+    done, length = 0, prune.first_chunk
+    prompt_lengths = [len(p) for p in encoded.prompt_ids]
+    while pending:
+        where = [items.where(it) for it in pending]
+        anchor = torch.tensor([items.at(q, a, prune.anchor) for q, a, _ in where], device=device)
+        alive = scores[torch.tensor(pending, device=device)] >= scores[anchor] - prune.nats
+        alive = alive.tolist()
+        dropped = [it for it, ok in zip(pending, alive, strict=True) if not ok]
+        scores[torch.tensor(dropped, dtype=torch.long, device=device)] = -math.inf
+        survivors = [it for it, ok in zip(pending, alive, strict=True) if ok]
+        if not survivors:
+            return
+        done += length
+        length *= 2
+        rows, pending = [], []
+        for it in survivors:
+            q, a, m = items.where(it)
+            todo = items.inputs(it) - skips[it] - done
+            size = min(length, todo)
+            if size < todo:
+                pending.append(it)
+            query = items.queries[q]
+            b = query.states[a]
+            block = _Block(q, a, m, b, done, size, skips[it])
+            rows.append(
+                _Row(query.trace, (block,), size, prompt_lengths[query.trace] + b + skips[it])
+            )
+            run[q] += size
+        new = _Extras.concat(
+            [
+                _run_pass(model, encoded, items, batch, scores, kept, set(pending))
+                for batch in _plan_passes(rows, max_tokens_per_pass)
             ]
         )
-        real = item >= 0  # (n, W)
-        out = decoder(
-            input_ids=inputs.to(device),
-            attention_mask=_allowed_to_mask(torch.cat([cache_ok, own], -1).to(device), model),
-            position_ids=position.to(device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        logits = _project(model, out.last_hidden_state[real.to(device)])  # (N, V)
-        del out, cache
-        log_pi, _ = gather_logprobs(logits, targets[real].to(device))  # (N,)
-        rest.index_add_(0, item[real].to(device), log_pi.to(torch.float64))
-
-    rest = rest.cpu()
-    return [
-        (f.cpu() + rest[b : b + f.numel()].view_as(f)) for f, b in zip(tables, base, strict=True)
-    ]
+        kept = kept.then(new, pending) if pending else new
 
 
 def score_states_batch(

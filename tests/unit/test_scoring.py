@@ -27,6 +27,7 @@ from rredcot.scoring import (
     token_logprobs,
 )
 from rredcot.scoring.packed import (
+    GenerationCache,
     Pruning,
     StateQuery,
     _Block,
@@ -35,6 +36,7 @@ from rredcot.scoring.packed import (
     _plan_passes,
     _Row,
     encode_traces,
+    encoding_from_generation,
     score_encoded,
 )
 
@@ -357,6 +359,66 @@ def test_pruning_anchor_must_be_a_column(vocab):
     spec = TraceSpec(_ids(rng, 2, vocab), _ids(rng, 3, vocab), [0, 3], [_ids(rng, 2, vocab)])
     with pytest.raises(ValueError, match="anchor"):
         _pruned(_F64, spec, Pruning(10.0, anchor=1))
+
+
+def _generate(model, prompts: list[list[int]], new_tokens: int) -> GenerationCache:
+    """Sample with HF generate as TRL does (left-padded prompts) and keep what it computed."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    torch.manual_seed(0)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=True,
+        pad_token_id=0,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    layers = out.past_key_values.layers
+    return GenerationCache(
+        ids,
+        mask,
+        out.sequences,
+        [layer.keys for layer in layers],
+        [layer.values for layer in layers],
+        torch.stack(out.logits, 1),
+    )
+
+
+def test_encoding_from_generation_scores_as_encode_traces(vocab):
+    # The keys, values and logits generate computed while sampling serve the scorer as the
+    # encoding pass would: same scores, same token log-probs and entropies, no tokens run
+    # (up to float32: generate hands back its logits in float32 even for a float64 model).
+    model = _model("sdpa", torch.float64)
+    rng = random.Random(5)
+    prompts = [_ids(rng, 3, vocab), _ids(rng, 6, vocab), _ids(rng, 6, vocab)]
+    generation = _generate(model, prompts, 9)
+    rows = generation.sequences[:, 6:].tolist()
+    responses = [rows[0][:9], rows[1][:3], rows[2][:0]]  # row 0: all 9 (the last never fed)
+    reused = encoding_from_generation(model, generation, responses)
+    fresh = encode_traces(model, prompts, responses)
+    assert reused is not None and reused.prompt_ids == prompts
+    assert reused.forward_tokens == 1  # row 0's last token, run on top of the cache
+    queries = [
+        StateQuery(i, list(range(len(r) + 1)), [_ids(rng, n, vocab) for n in (1, 4, 7)])
+        for i, r in enumerate(responses)
+    ]
+    for got, want in zip(
+        score_encoded(model, reused, queries, prune=Pruning(1e9, 2)),
+        score_encoded(model, fresh, queries),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+        assert want.shape[0] == 1 or (want.max(0).values - want.min(0).values).min() > 1e-2
+    for got, want in zip(reused.token_scores(model), fresh.token_scores(model), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)  # entropies ≈ 5 nats
+    assert encoding_from_generation(model, generation, [r[:3] for r in rows]).forward_tokens == 0
+    assert encoding_from_generation(model, generation, [[]] * 2) is None  # rows disagree
+    with pytest.raises(ValueError, match="responses\\[1\\]"):
+        encoding_from_generation(model, generation, [[], [vocab - rows[1][0] - 1], []])
 
 
 @pytest.mark.parametrize("cap", [None, 10])

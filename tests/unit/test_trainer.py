@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -38,6 +39,7 @@ from rredcot.training import (
     training_rows,
 )
 from rredcot.training.methods import GRPOMethod, Method, MethodOutput, RolloutBatch
+from rredcot.training.methods.rredcot import RREDCoTMethod
 from rredcot.training.run import complete_checkpoints
 
 ARCH = {
@@ -443,3 +445,30 @@ def test_the_step_script_resumes_after_a_kill(base, tmp_path):
     assert summary["resumed_from_step"] >= int(first.name.split("-")[1])
     assert summary["steps"] == 30
     assert [int(r["step"]) for r in metrics_rows(out)] == list(range(1, 31))
+
+
+@pytest.mark.slow
+def test_rredcot_reads_the_traces_off_generation(base, tmp_path, monkeypatch):
+    # RREDCoT takes the keys, values and logits HF generate computed while sampling instead of
+    # encoding the traces again: the advantages are those of a fresh encoding (float32
+    # rounding apart) and no encoding tokens are counted.
+    path, table = base
+    seen = []
+    original = RREDCoTMethod.advantages
+
+    def spy(self, batch, policy):
+        out = original(self, batch, policy)
+        fresh = original(self, dataclasses.replace(batch, generation=None), policy)
+        seen.append((batch.generation is not None, out, fresh))
+        return out
+
+    monkeypatch.setattr(RREDCoTMethod, "advantages", spy)
+    settings_ = run_settings("rredcot", prompts_per_step=2, num_generations=4)
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert [kept for kept, *_ in seen] == [True, True]
+    for _, out, fresh in seen:
+        torch.testing.assert_close(out.advantages, fresh.advantages, atol=1e-4, rtol=0)
+        assert out.metrics["credit/generation_reused"] == 1.0
+        assert fresh.metrics["credit/generation_reused"] == 0.0
+        assert out.forward_tokens < fresh.forward_tokens  # the encoding pass is not run
+    assert all(float(r["credit/generation_reused"]) == 1.0 for r in metrics_rows(tmp_path))

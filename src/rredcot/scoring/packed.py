@@ -181,7 +181,8 @@ class EncodedTraces:
 
     Cache slots of row i: [0, P_max) the prompt left-padded (real from P_max − P_i), then
     [P_max, P_max + T_i) the response. hidden[i, b] is the last hidden state at position
-    P_i + b − 1, the one that predicts τ_b (b < T_i) or a continuation's first token at state b.
+    P_i + b − 1, the one that predicts τ_b (b < T_i) or a continuation's first token at state b;
+    or, with `hidden_is_logits`, already its logits (an encoding taken from generation).
     forward_tokens: real tokens run (each distinct prompt once, every response once).
     """
 
@@ -190,20 +191,26 @@ class EncodedTraces:
     prompt_width: int  # P_max
     keys: list[torch.Tensor]  # per layer (B, kv heads, P_max + T_max, head dim)
     values: list[torch.Tensor]
-    hidden: torch.Tensor  # (B, 1 + T_max, H)
+    hidden: torch.Tensor  # (B, 1 + T_max, H), or (B, 1 + T_max, V) logits
     forward_tokens: int
+    hidden_is_logits: bool = False
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
+
+    def logits(self, model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (N, V) of rows (N, ·) taken from `hidden`."""
+        return hidden if self.hidden_is_logits else _project(model, hidden)
 
     def token_scores(self, model: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(log π(τ_t | x ⊕ τ_<t), H_t) for t < T_i, per trace: two float32 (float64 for a
         float64 model) CPU tensors (T_i,) each, from the cached hidden states (no new pass)."""
         lengths = [len(r) for r in self.response_ids]
-        dtype = torch.float64 if self.hidden.dtype == torch.float64 else torch.float32
+        model_dtype = next(model.parameters()).dtype
+        dtype = torch.float64 if model_dtype == torch.float64 else torch.float32
         if sum(lengths) == 0:
             return [(torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype)) for _ in lengths]
-        rows = torch.cat([self.hidden[i, :n] for i, n in enumerate(lengths)])  # (ΣT, H)
+        rows = torch.cat([self.hidden[i, :n] for i, n in enumerate(lengths)])  # (ΣT, ·)
         targets = torch.tensor([t for r in self.response_ids for t in r], device=rows.device)
         vocab = model.get_output_embeddings().weight.shape[0]
         chunk = _chunk_rows(vocab)
@@ -212,12 +219,91 @@ class EncodedTraces:
             for start in range(0, len(rows), chunk):
                 part = slice(start, start + chunk)
                 lp, h = gather_logprobs(
-                    _project(model, rows[part]), targets[part], with_entropy=True
+                    self.logits(model, rows[part]), targets[part], with_entropy=True
                 )
-                logprobs.append(lp.cpu())
-                entropies.append(h.cpu())
+                logprobs.append(lp.to(dtype).cpu())
+                entropies.append(h.to(dtype).cpu())
         lp_all, h_all = torch.cat(logprobs), torch.cat(entropies)
         return list(zip(lp_all.split(lengths), h_all.split(lengths), strict=True))
+
+
+@dataclass(frozen=True)
+class GenerationCache:
+    """What HF `generate` computed while it sampled a batch (`return_dict_in_generate`,
+    `output_logits`): the left-padded prompts (B, P) and their mask, the sequences
+    (B, P + T_gen), the keys and values of every token it fed, per layer
+    (B, kv heads, P + T_gen − 1, head dim) (the last sampled token is never fed), and the raw
+    logits (B, T_gen, V) of every step."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    sequences: torch.Tensor
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    logits: torch.Tensor
+
+
+@torch.inference_mode()
+def encoding_from_generation(
+    model: torch.nn.Module, generation: GenerationCache, responses: Sequence[Sequence[int]]
+) -> EncodedTraces | None:
+    """The encoding of x_i ⊕ τ_i that sampling already computed, so no encoding pass runs.
+
+    τ_i (`responses`, e.g. a completion without its EOS) must start generated row i. The
+    positions, cache layout [left-padded prompt | response] and logits are those
+    `encode_traces` computes (up to float rounding: generation encodes token by token, and
+    hands back float32 logits). Generation never feeds its last sampled token; when a response
+    ends there (cut by the token budget), that token runs here on top of the cache (one token
+    per row; counted in `forward_tokens`). None when the generation does not fit: prompts not
+    left-padded, or shapes that disagree.
+    """
+    _check_model(model)
+    ids, mask, seqs = generation.input_ids, generation.attention_mask, generation.sequences
+    b, p = ids.shape
+    t_gen = seqs.shape[1] - p
+    lengths = [len(r) for r in responses]
+    if len(responses) != b or t_gen < 1 or max(lengths, default=0) > t_gen:
+        return None
+    if any(k.shape[0] != b or k.shape[2] != p + t_gen - 1 for k in generation.keys):
+        return None
+    if generation.logits.shape[:2] != (b, t_gen):
+        return None
+    real = mask.bool()
+    if (real[:, :-1] & ~real[:, 1:]).any():  # a real token before padding: not left-padded
+        return None
+    generated = seqs[:, p:].tolist()
+    for i, r in enumerate(responses):
+        if generated[i][: len(r)] != list(r):
+            raise ValueError(f"responses[{i}]: does not start generated row {i}")
+    keys, values, logits = generation.keys, generation.values, generation.logits
+    t_max, tokens = max(lengths, default=0), 0
+    if t_max == t_gen:  # run the last sampled token, which generation never fed
+        device = keys[0].device
+        slot = torch.arange(p + t_gen, device=device)
+        lo = (p - real.sum(1)).to(device)
+        allowed = (slot[None, None, :] >= lo[:, None, None]).expand(-1, 1, -1).clone()
+        out = _decoder(model)(
+            input_ids=seqs[:, -1:].to(device),
+            attention_mask=_allowed_to_mask(allowed, model),
+            position_ids=(p - lo + t_gen - 1)[:, None],
+            past_key_values=DynamicCache(ddp_cache_data=list(zip(keys, values, strict=True))),
+            use_cache=True,
+        )
+        keys = [layer.keys for layer in out.past_key_values.layers]
+        values = [layer.values for layer in out.past_key_values.layers]
+        last = _project(model, out.last_hidden_state[:, -1]).to(logits.dtype)
+        logits = torch.cat([logits, last[:, None]], 1)
+        tokens = sum(n == t_gen for n in lengths)
+    return EncodedTraces(
+        prompt_ids=[ids[i][real[i]].tolist() for i in range(b)],
+        response_ids=[list(r) for r in responses],
+        prompt_width=p,
+        keys=[k[:, :, : p + t_max] for k in keys],
+        values=[v[:, :, : p + t_max] for v in values],
+        hidden=logits[:, : t_max + 1],
+        forward_tokens=tokens,
+        hidden_is_logits=True,
+    )
 
 
 def _length_buckets(
@@ -754,11 +840,11 @@ def _leading_scores(
         token += c[: k + 1]
         owner += [it] * (k + 1)
     distinct = {pair: r for r, pair in enumerate(dict.fromkeys(at))}
-    hidden = encoded.hidden[[i for i, _ in distinct], [t for _, t in distinct]]  # (U, H)
+    hidden = encoded.hidden[[i for i, _ in distinct], [t for _, t in distinct]]  # (U, ·)
     rows = _chunk_rows(model.get_output_embeddings().weight.shape[0])
     log_pi = torch.cat(
         [
-            torch.log_softmax(_project(model, hidden[s : s + rows]).to(torch.float64), -1)
+            torch.log_softmax(encoded.logits(model, hidden[s : s + rows]).to(torch.float64), -1)
             for s in range(0, len(hidden), rows)
         ]
     )  # (U, V)

@@ -13,6 +13,11 @@ PPO-clip loss, KL, logging, checkpoints):
    reward function and the advantages. Without it TRL samples n fresh completions per prompt.
 3. `training_step`: a NaN or inf loss stops training before the optimizer step, so the weights
    and the last checkpoint stay those of the last good step.
+4. `_generate_single_turn`: for a method that reads the sampled traces' encoding
+   (`reuses_generation`, RREDCoT) and HF generation, `generate` also hands back the keys,
+   values and logits it computed while sampling (`GenerationCache`, on the batch), so the
+   credit needs no pass to encode the traces again. Only while they fit:
+   `GENERATION_CACHE_MAX_LOGITS` logits, no vLLM, one generate call per batch.
 
 On several processes (`accelerate launch`) the method sees the policy as TRL's generation does:
 unwrapped, with ZeRO-3 parameters gathered once per generation batch (the same collective on
@@ -26,6 +31,7 @@ advantage statistics over unmasked tokens (`credit/advantage_{mean,std,min,max}`
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -36,10 +42,15 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from rredcot.credit.advantages import group_ids, masked_stats
+from rredcot.scoring.packed import GenerationCache
 from rredcot.tasks.base import Task
 from rredcot.training.methods.base import Method, RolloutBatch
 
 log = logging.getLogger(__name__)
+
+GENERATION_CACHE_MAX_LOGITS = 2**27
+"""Most logits (rows × max completion length × vocabulary; 512 MiB in float32) that generation
+keeps for a method that reuses them; larger batches are encoded again instead."""
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -97,6 +108,7 @@ class CreditGRPOTrainer(GRPOTrainer):
         self.method = method
         self._rows: list[dict[str, Any]] | None = None
         self._scored: tuple[list[str], torch.Tensor] | None = None
+        self._generation: list[GenerationCache] = []  # this batch's generate calls, captured
         if method.rollout is not None:
             if self._dist.is_zero3:
                 raise ValueError(
@@ -139,6 +151,47 @@ class CreditGRPOTrainer(GRPOTrainer):
         completion_ids, _ = self._generate_single_turn([list(p) for p in prompt_ids], None, {}, 1)
         return [list(c) for c in completion_ids]
 
+    # ---------------------------------------------------------------- generation cache
+
+    def _keeps_generation(self, rows: int) -> bool:
+        """Keep what HF generate computed for this batch? (See the module docstring, 4.)"""
+        vocab = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight.shape[0]
+        return (
+            getattr(self.method, "reuses_generation", False)
+            and not self.use_vllm
+            and not getattr(self, "use_transformers_continuous_batching", False)
+            and rows * self.max_completion_length * vocab <= GENERATION_CACHE_MAX_LOGITS
+        )
+
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 (TRL's signature)
+        if not self._keeps_generation(len(prompt_ids)):
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        model = self.accelerator.unwrap_model(self.model)
+        sample = model.generate
+
+        def generate(*a: Any, **kw: Any) -> torch.Tensor:
+            config = copy.deepcopy(kw.pop("generation_config", None) or model.generation_config)
+            config.return_dict_in_generate, config.output_logits = True, True
+            out = sample(*a, **kw, generation_config=config)
+            layers = out.past_key_values.layers
+            self._generation.append(
+                GenerationCache(
+                    kw["input_ids"],
+                    kw["attention_mask"],
+                    out.sequences,
+                    [layer.keys for layer in layers],
+                    [layer.values for layer in layers],
+                    torch.stack(out.logits, 1),
+                )
+            )
+            return out.sequences
+
+        model.generate = generate  # an instance attribute over the class's method, removed below
+        try:
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        finally:
+            del model.generate
+
     # ---------------------------------------------------------------- advantage hook
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202 (TRL's signature)
@@ -173,10 +226,11 @@ class CreditGRPOTrainer(GRPOTrainer):
             groups=groups,
             step=int(self.state.global_step),
             seed=int(self.args.seed),
+            generation=self._generation[0] if len(self._generation) == 1 else None,
         )
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        self._rows = inputs
+        self._rows, self._generation = inputs, []
         output = super()._generate_and_score_completions(inputs)
         batch = self._rollout_batch(inputs, output)
         start = time.perf_counter()
@@ -214,7 +268,7 @@ class CreditGRPOTrainer(GRPOTrainer):
             )
         output["advantages"] = advantages
         self._log_credit(advantages, output["completion_mask"], result, seconds)
-        self._rows, self._scored = None, None
+        self._rows, self._scored, self._generation = None, None, []
         return output
 
     def _log_credit(

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from rredcot.scoring import token_logprobs
+from rredcot.scoring.packed import GenerationCache
 from rredcot.segmentation import SegmentationConfig, segment
 
 
@@ -44,6 +45,8 @@ class RolloutBatch:
     right-padded, EOS included in the mask. completions: the decoded completions TRL graded.
     rewards: (B,) R_i; outcome_advantages: (B,) TRL's A_i; groups: (B,) group label of each row.
     step: the optimizer step being prepared (for seeds); seed: the run's seed.
+    generation: what HF generate computed while sampling the rows (row i = batch row i), when
+    the trainer kept it for a method that `reuses_generation`; else None.
     """
 
     rows: list[dict[str, Any]]
@@ -57,6 +60,7 @@ class RolloutBatch:
     groups: torch.Tensor
     step: int
     seed: int
+    generation: GenerationCache | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -95,6 +99,8 @@ class Method(ABC):
     process (checked by the trainer)."""
     rollout: ClassVar[RolloutHook | None] = None
     """A method that samples its own groups defines `def rollout(self, trainer, rows)`."""
+    reuses_generation: ClassVar[bool] = False
+    """True when `advantages` reads `batch.generation` (the trainer then keeps it)."""
 
     @abstractmethod
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:

@@ -23,7 +23,7 @@ from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.redistribution import raw_credit
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.references import reference_reasoning
-from rredcot.scoring.packed import encode_traces
+from rredcot.scoring.packed import encode_traces, encoding_from_generation
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     Method,
@@ -60,11 +60,13 @@ class RREDCoTMethod(Method):
     """RREDCoT credit σ_{i,k} for every completion, turned into token advantages (§4)."""
 
     name: ClassVar[str] = "rredcot"
+    reuses_generation: ClassVar[bool] = True
     metric_names: ClassVar[tuple[str, ...]] = (
         "credit/num_segments",
         "credit/phi0_mean",
         "credit/sigma_abs_mean",
         "credit/scored_fraction",
+        "credit/generation_reused",
     )
 
     task: Any
@@ -86,22 +88,29 @@ class RREDCoTMethod(Method):
     ) -> tuple[list[torch.Tensor], list[list[int]], int, dict[str, float]]:
         """σ_i (K_i,) and boundaries of every row, forward tokens spent, and metrics.
 
-        One encoding pass serves both the segmentation (entropies) and the scorer (KV cache):
+        One encoding serves both the segmentation (entropies) and the scorer (KV cache): the one
+        generation computed while sampling (`batch.generation`), else one encoding pass in which
         each distinct (prompt, response) is encoded once, each prompt once.
         """
         prompts = [batch.prompt(i) for i in range(len(batch))]
         responses = [strip_eos(batch.completion(i), self.eos_ids) for i in range(len(batch))]
-        distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-        rows = [
-            distinct.setdefault((tuple(p), tuple(r)), len(distinct))
-            for p, r in zip(prompts, responses, strict=True)
-        ]
-        encoded = encode_traces(
-            policy,
-            [p for p, _ in distinct],
-            [r for _, r in distinct],
-            max_tokens_per_pass=self.estimator.max_tokens_per_pass,
-        )
+        encoded = None
+        if batch.generation is not None:
+            encoded = encoding_from_generation(policy, batch.generation, responses)
+        reused = encoded is not None
+        rows = list(range(len(batch)))
+        if not reused:
+            distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+            rows = [
+                distinct.setdefault((tuple(p), tuple(r)), len(distinct))
+                for p, r in zip(prompts, responses, strict=True)
+            ]
+            encoded = encode_traces(
+                policy,
+                [p for p, _ in distinct],
+                [r for _, r in distinct],
+                max_tokens_per_pass=self.estimator.max_tokens_per_pass,
+            )
         scores = encoded.token_scores(policy) if _needs_scores(self.segmentation) else None
         segs, _ = segment_completions(
             policy,
@@ -154,6 +163,7 @@ class RREDCoTMethod(Method):
             "credit/phi0_mean": float(np.mean([float(results[u].phi[0]) for u in which])),
             "credit/sigma_abs_mean": float(torch.cat(sigmas).abs().mean()),
             "credit/scored_fraction": len(traces) / len(segs),
+            "credit/generation_reused": float(reused),
         }
         tokens = encoded.forward_tokens + sum(res.forward_tokens for res in results)
         return sigmas, [s.boundaries for s in segs], tokens, metrics

@@ -1,20 +1,21 @@
 """Step time of the training methods on the tiny model: rredcot / grpo and mc / rredcot.
 
     python scripts/bench_training.py                      # quick SFT base, then every method
-    python scripts/bench_training.py --model results/models/sft --steps 8
+    python scripts/bench_training.py --model results/models/base --steps 8
     python scripts/bench_training.py --methods grpo rredcot rredcot:2 rredcot:1 --repeats 3
 
 Each method trains from the same base with the same settings and seed (same batch shape:
 prompts × generations × max completion length) for `--warmup` + `--steps` optimizer steps; the
 warm-up steps are not timed. `rredcot:m` is RREDCoT with `suffixes: m` (m of the J reference
-suffixes importance-sampled per state) instead of all of them. With `--repeats R` every method
-runs R times, the methods interleaved, so a change in machine load hits them alike.
+suffixes importance-sampled per state) instead of all of them; `rredcot:noprune` scores every
+suffix in full (no pruning rounds, `estimator.rredcot.prune_nats: null`). With `--repeats R`
+every method runs R times, the methods interleaved, so a change in machine load hits them alike.
 
 A step's time is TRL's `step_time` (wall seconds: generation, rewards, credit, forward and
 backward), read from the run's metrics.csv, and the process's CPU seconds over the same step
 (less sensitive to other processes on a shared machine; with one thread CPU ≈ wall on an idle
-one). Reported: medians over all timed steps. The target of the paper is a RREDCoT step at most
-1.3x a GRPO step (our `rredcot/grpo`); MC sampling should cost far more.
+one). Reported: medians over all timed steps. The project's target is a RREDCoT step at most
+1.3x a GRPO step (`rredcot/grpo`; the paper reports 1.5–2x); MC sampling should cost far more.
 """
 
 from __future__ import annotations
@@ -72,12 +73,15 @@ class CPUTime(TrainerCallback):
 
 
 def method_settings(spec: str) -> tuple[str, dict]:
-    """`rredcot:m` -> ("rredcot", {"rredcot": {"suffixes": m}}); any other name as is."""
+    """`rredcot:m` -> ("rredcot", {"rredcot": {"suffixes": m}}), `rredcot:noprune` -> every
+    suffix scored in full (prune_nats None); any other name as is."""
     name, _, m = spec.partition(":")
     if not m:
         return name, {}
-    if name != "rredcot":
-        raise ValueError(f"--methods: only rredcot takes ':m' (suffixes), got {spec!r}")
+    if name != "rredcot" or not (m.isdigit() or m == "noprune"):
+        raise ValueError(f"--methods: only rredcot takes ':m' or ':noprune', got {spec!r}")
+    if m == "noprune":
+        return name, {"rredcot": {"prune_nats": None}}
     return name, {"rredcot": {"suffixes": int(m)}}
 
 
@@ -89,7 +93,7 @@ def main() -> None:
         "--methods",
         nargs="+",
         default=["grpo", "rredcot", "mc"],
-        help="method names; rredcot:m = rredcot with suffixes m",
+        help="method names; rredcot:m = rredcot with suffixes m; rredcot:noprune = no pruning",
     )
     p.add_argument("--repeats", type=int, default=1, help="runs per method, interleaved")
     p.add_argument("--steps", type=int, default=4, help="timed steps per method")

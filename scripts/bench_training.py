@@ -16,6 +16,9 @@ backward), read from the run's metrics.csv, and the process's CPU seconds over t
 (less sensitive to other processes on a shared machine; with one thread CPU ≈ wall on an idle
 one). Reported: medians over all timed steps. The project's target is a RREDCoT step at most
 1.3x a GRPO step (`rredcot/grpo`; the paper reports 1.5–2x); MC sampling should cost far more.
+Runs of different methods sample different completions after the first step (their policies
+move apart), so `rredcot/grpo` also carries that drift; the last lines therefore also give, per
+method, step / (step − credit seconds) on its own batches: the credit's share, drift-free.
 """
 
 from __future__ import annotations
@@ -176,6 +179,11 @@ def main() -> None:
                 f"{m} / grpo step time: wall {med[m][0] / med['grpo'][0]:.2f}, cpu "
                 f"{med[m][1] / med['grpo'][1]:.2f} (target <= 1.3)"
             )
+    for m in args.methods:
+        if m != "grpo" and statistics.median(credit[m]) > 0:
+            # The same batches without the credit: what GRPO's step would have cost on them.
+            same = statistics.median(w / (w - c) for w, c in zip(wall[m], credit[m], strict=True))
+            print(f"{m} step / its own step without the credit (same batches): {same:.2f}")
     if "rredcot" in med and "mc" in med:
         print(
             f"mc / rredcot step time: wall {med['mc'][0] / med['rredcot'][0]:.2f}, cpu "

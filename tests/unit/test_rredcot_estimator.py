@@ -827,6 +827,7 @@ def test_pruned_credit_is_within_its_bound_and_cheaper(model, tokenizer):
         ({"prune_nats": True}, "prune_nats"),
         ({"prune_first_chunk": 0}, "prune_first_chunk"),
         ({"prune_first_chunk": 1.5}, "prune_first_chunk"),
+        ({"prune_max_kept_tokens": 0}, "prune_max_kept_tokens"),
     ],
 )
 def test_pruning_config_rejects_bad_values(kwargs, field):

@@ -287,8 +287,9 @@ def test_continuations_that_follow_the_trace_read_its_encoding(vocab):
 )
 @given(data=st.data())
 def test_pruned_scores_are_exact_or_provably_small_property(vocab, data):
-    # Rounds of first_chunk, 2·first_chunk … tokens on the keys of the earlier rounds: every
-    # kept entry equals the naive score; a dropped one (−inf) is naively below anchor − nats.
+    # Rounds of first_chunk, 2·first_chunk … tokens on the keys of the earlier rounds, in waves
+    # of at most max_kept tokens: every kept entry equals the naive score; a dropped one (−inf)
+    # is naively below anchor − nats.
     model = _F64
     prompt_len = data.draw(st.integers(1, 5), label="P")
     response_len = data.draw(st.integers(0, 12), label="T")
@@ -298,6 +299,7 @@ def test_pruned_scores_are_exact_or_provably_small_property(vocab, data):
     nats = data.draw(st.sampled_from([1e9, 2.0, 8.0, 20.0]), label="nats")
     first = data.draw(st.integers(1, 5), label="first_chunk")
     anchor = data.draw(st.integers(0, len(lengths) - 1), label="anchor")
+    max_kept = data.draw(st.one_of(st.none(), st.integers(1, 20)), label="max_kept")
     cap = data.draw(st.one_of(st.none(), st.integers(1, 12)), label="cap")
     row_tokens = data.draw(st.sampled_from([None, 0, 5]), label="row_tokens")
     rng = random.Random(data.draw(st.integers(0, 2**16), label="seed"))
@@ -307,7 +309,11 @@ def test_pruned_scores_are_exact_or_provably_small_property(vocab, data):
         continuations[-1] = response[1:] + continuations[-1]  # skips, then rounds
     spec = TraceSpec(_ids(rng, prompt_len, vocab), response, boundaries, continuations)
     table, _ = _pruned(
-        model, spec, Pruning(nats, first, anchor), max_tokens_per_pass=cap, row_tokens=row_tokens
+        model,
+        spec,
+        Pruning(nats, first, anchor, max_kept),
+        max_tokens_per_pass=cap,
+        row_tokens=row_tokens,
     )
     naive = _naive_states(model, spec)
     kept = torch.isfinite(table)
@@ -333,6 +339,10 @@ def test_pruning_drops_and_saves_tokens_by_hand(vocab):
     naive = _naive_states(model, spec)
     table, run = _pruned(model, spec, Pruning(1.0, first_chunk=2))
     _, full = _pruned(model, spec, None)
+    waved, waved_run = _pruned(model, spec, Pruning(1.0, first_chunk=2, max_kept=11))
+    assert (
+        torch.equal(torch.isinf(waved), torch.isinf(table)) and waved_run == run
+    )  # one wave per item
     assert (naive[:, 1] < naive[:, 0] - 30).all()  # the long one cannot matter
     assert torch.isinf(table[:, 1]).all() and (table[:, 1] < 0).all()
     # each state: anchor 1 input, the long one 2 (first round), the 3-token one 2 (≤ chunk)
@@ -347,6 +357,7 @@ def test_pruning_drops_and_saves_tokens_by_hand(vocab):
         ({"nats": math.inf}, "nats"),
         ({"first_chunk": 0}, "first_chunk"),
         ({"anchor": -1}, "anchor"),
+        ({"max_kept": 0}, "max_kept"),
     ],
 )
 def test_pruning_rejects_bad_fields(kwargs, field):

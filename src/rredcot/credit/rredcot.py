@@ -253,6 +253,10 @@ class RREDCoTConfig:
     itself and always score it in full."""
     prune_first_chunk: int = 16
     """Pruning: suffix tokens scored before the first check; each later round doubles it."""
+    prune_max_kept_tokens: int | None = None
+    """Pruning: most suffix tokens whose keys and values are kept between rounds at once (the
+    suffixes are taken in waves whose full lengths add up to at most this; memory on a GPU).
+    None: all at once."""
 
     def __post_init__(self) -> None:
         if self.value not in VALUE_VARIANTS:
@@ -307,6 +311,12 @@ class RREDCoTConfig:
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(
                 f"estimator.rredcot.prune_first_chunk: expected an integer ≥ 1, got {chunk!r}"
+            )
+        kept = self.prune_max_kept_tokens
+        if kept is not None and (isinstance(kept, bool) or not isinstance(kept, int) or kept < 1):
+            raise ValueError(
+                f"estimator.rredcot.prune_max_kept_tokens: expected an integer ≥ 1 or None, "
+                f"got {kept!r}"
             )
         cap = self.max_tokens_per_pass
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -735,7 +745,9 @@ def rredcot_credit_batch(
 
     prune = None
     if config.prune_nats is not None and config.value in PRUNABLE:
-        prune = Pruning(config.prune_nats, config.prune_first_chunk, anchor=0)  # 0: answer-now
+        prune = Pruning(  # anchor 0: the answer-now column
+            config.prune_nats, config.prune_first_chunk, 0, config.prune_max_kept_tokens
+        )
     run: list[int] = []
     tables = score_encoded(
         model,

@@ -452,6 +452,10 @@ class Pruning:
     nats: float
     first_chunk: int = 12
     anchor: int = 0
+    max_kept: int | None = None
+    """Most continuation tokens whose keys and values are kept between rounds at once (memory):
+    the continuations are taken in waves whose full lengths add up to at most this. None: all
+    at once."""
 
     def __post_init__(self) -> None:
         if isinstance(self.nats, bool) or not math.isfinite(self.nats) or self.nats <= 0:
@@ -462,6 +466,9 @@ class Pruning:
             )
         if isinstance(self.anchor, bool) or self.anchor < 0:
             raise ValueError(f"prune anchor: expected a column index ≥ 0, got {self.anchor!r}")
+        cap = self.max_kept
+        if cap is not None and (isinstance(cap, bool) or cap < 1):
+            raise ValueError(f"prune max_kept: expected an integer ≥ 1 or None, got {cap!r}")
 
 
 @dataclass(frozen=True)
@@ -765,18 +772,29 @@ def score_encoded(
         if skips[it] or size != todo:
             plan[q, a, m] = (skips[it], size)
         run[q] += size
-    kept = _Extras.concat(
-        [
-            _run_pass(model, encoded, items, batch, scores, None, set(pending))
-            for batch in _plan_passes(
-                _pack_rows(queries, prompt_lengths, row_tokens, plan), max_tokens_per_pass
-            )
-        ]
-    )
-    if pending:
-        _pruning_rounds(
-            model, encoded, items, scores, skips, pending, kept, prune, max_tokens_per_pass, run
+    # Waves of pending items whose kept keys stay within prune.max_kept tokens (one wave when
+    # unbounded); the first wave's first round runs together with every item not pending.
+    waves = _waves(pending, [items.inputs(it) - skips[it] for it in pending], prune)
+    later = {it for wave in waves[1:] for it in wave}
+    for w, wave in enumerate(waves or [[]]):
+        if w == 0:
+            wave_plan = {**plan, **{items.where(it): (skips[it], 0) for it in later}}
+        else:
+            wave_plan = {k: (skips[items.at(*k)], 0) for k in map(items.where, range(len(items)))}
+            wave_plan.update({items.where(it): plan[items.where(it)] for it in wave})
+        kept = _Extras.concat(
+            [
+                _run_pass(model, encoded, items, batch, scores, None, set(wave))
+                for batch in _plan_passes(
+                    _pack_rows(queries, prompt_lengths, row_tokens, wave_plan), max_tokens_per_pass
+                )
+            ]
         )
+        if wave:
+            _pruning_rounds(
+                model, encoded, items, scores, skips, wave, kept, prune, max_tokens_per_pass, run
+            )
+        del kept
     if tokens is not None:
         tokens[:] = run
     scores = scores.cpu()
@@ -784,6 +802,22 @@ def score_encoded(
         scores[f : f + len(q.states) * len(q.continuations)].view(len(q.states), -1)
         for f, q in zip(items.flat, queries, strict=True)
     ]
+
+
+def _waves(pending: list[int], sizes: list[int], prune: Pruning | None) -> list[list[int]]:
+    """`pending` cut, in order, into waves whose summed `sizes` (inputs still to run, an upper
+    bound of the keys kept for them) stay within `prune.max_kept` (an item above it alone)."""
+    if not pending or prune is None or prune.max_kept is None:
+        return [pending] if pending else []
+    waves: list[list[int]] = [[]]
+    total = 0
+    for it, size in zip(pending, sizes, strict=True):
+        if waves[-1] and total + size > prune.max_kept:
+            waves.append([])
+            total = 0
+        waves[-1].append(it)
+        total += size
+    return waves
 
 
 class _Items:

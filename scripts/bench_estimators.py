@@ -2,9 +2,12 @@
 
 1. Packed vs naive scoring: the RREDCoT continuations (answer-now and every reference suffix C*_j)
    of the study traces at every state, scored by the packed scorer (`rredcot_credit_batch`: trace
-   encoded once, two forward passes per batch) and by one full forward pass per (state,
-   continuation) (`sequence_logprob_naive`). Prints wall times, tokens, the speed-up, and the
-   largest difference between the two log-prob tables (they must agree).
+   encoded once, a few batched passes, every suffix in full) and by one full forward pass per
+   (state, continuation) (`sequence_logprob_naive`). Prints wall times, tokens, the speed-up,
+   and the largest difference between the two log-prob tables (they must agree); then the
+   default scorer with pruning (`prune_nats`): its time, tokens and largest relative change of
+   Φ_k (the dropped mass is below J·e^−nats·R̂_k; the rest is float32 rounding of the kept
+   scores, which run in other passes).
 2. RREDCoT vs MC at equal agreement: from `results/estimator_agreement.csv`, the MC N whose mean
    Spearman with the ground truth reaches RREDCoT's (linear in log2 N between measured N), MC's
    cost per trace at that N (interpolated the same way) and the ratio to RREDCoT's cost per trace.
@@ -99,13 +102,20 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     task = get_task("synthetic")
     model, tokenizer = load_policy(args.policy or str(args.results / "models" / "base"))
-    config = RREDCoTConfig(value=args.variant)
+    config = RREDCoTConfig(value=args.variant, prune_nats=None)  # every suffix: comparable
+    pruned_config = RREDCoTConfig(value=args.variant)  # the default: pruning where it applies
     traces = study_traces(args.results, args.traces, task)
 
     # 1. packed vs naive
     start = time.perf_counter()
     packed = rredcot_credit_batch(model, tokenizer, task, traces, config)
     packed_s = time.perf_counter() - start
+    start = time.perf_counter()
+    pruned = rredcot_credit_batch(model, tokenizer, task, traces, pruned_config)
+    pruned_s = time.perf_counter() - start
+    phi_diff = max(
+        float(((a.phi - b.phi).abs() / a.phi).max()) for a, b in zip(packed, pruned, strict=True)
+    )
     start = time.perf_counter()
     for t in traces:
         rredcot_credit_batch(model, tokenizer, task, [t], config)
@@ -128,6 +138,11 @@ def main() -> None:
     print(f"  naive  : {naive_s:8.3f} s  {naive_tokens:9d} tokens (one pass per state x cont.)")
     print(f"  packed : {packed_s:8.3f} s  {packed_tokens:9d} tokens (all traces batched)")
     print(f"  packed : {packed_each_s:8.3f} s  (one trace per call)")
+    pruned_tokens = sum(p.forward_tokens for p in pruned)
+    print(
+        f"  pruned : {pruned_s:8.3f} s  {pruned_tokens:9d} tokens (default prune_nats "
+        f"{pruned_config.prune_nats}; max |ΔΦ_k| / Φ_k vs packed {phi_diff:.1e})"
+    )
     print(
         f"  speed-up naive/packed: {naive_s / packed_s:.2f}x batched, "
         f"{naive_s / packed_each_s:.2f}x per trace; tokens {naive_tokens / packed_tokens:.2f}x"

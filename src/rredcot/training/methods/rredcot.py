@@ -3,8 +3,9 @@
 The one thing that differs from GRPO: the advantage of a token is not the response's outcome
 advantage A_i but the redistributed reward σ_{i,k} of the segment k it belongs to (METHOD.md §3,
 §4). Per completion: segment it (hybrid keyword–entropy by default, entropies from the policy),
-score the reference continuations at every state s_k with the packed scorer (one encoding pass
-of each distinct response serves both: its entropies and its KV cache), Φ_k = R̂_k + v̂_k,
+score the reference continuations at every state s_k with the packed scorer (one encoding of
+the responses serves both, its entropies and its KV cache: the one HF generation computed while
+sampling, else one encoding pass), Φ_k = R̂_k + v̂_k,
 σ_k = Φ_k − Φ_{k−1} with the terminal correction σ_K += R − Φ_K; then
 A_{i,k} = whiten(σ_{i,k}) over the group (`immediate`), or reward_to_go / mixed. The policy
 itself is the estimator: no extra model, nothing generated.

@@ -450,7 +450,7 @@ class Pruning:
     """
 
     nats: float
-    first_chunk: int = 12
+    first_chunk: int = 16
     anchor: int = 0
     max_kept: int | None = None
     """Most continuation tokens whose keys and values are kept between rounds at once (memory):
@@ -780,7 +780,7 @@ def score_encoded(
         if w == 0:
             wave_plan = {**plan, **{items.where(it): (skips[it], 0) for it in later}}
         else:
-            wave_plan = {k: (skips[items.at(*k)], 0) for k in map(items.where, range(len(items)))}
+            wave_plan = {items.where(it): (skips[it], 0) for it in range(len(items))}
             wave_plan.update({items.where(it): plan[items.where(it)] for it in wave})
         kept = _Extras.concat(
             [

@@ -174,3 +174,26 @@ def test_masked_stats_count_only_real_tokens():
     assert stats["mean"] == pytest.approx(1 / 3)
     assert stats["min"] == -1.0 and stats["max"] == 1.0
     assert masked_stats(torch.zeros(1, 2), torch.zeros(1, 2))["std"] == 0.0
+
+
+def test_center_none_keeps_the_sign_of_sigma() -> None:
+    """An all-correct group whose segments all have positive credit: `group` pushes the smaller
+    ones below zero, `none` keeps every sign and only divides by the group's std."""
+    sigma = [torch.tensor([0.1, 0.3]), torch.tensor([0.2, 0.4])]
+    centred = whiten_groups(sigma, [0, 0])
+    kept = whiten_groups(sigma, [0, 0], center=False)
+    assert (centred[0][0] < 0) and (centred[1][1] > 0)
+    std = torch.tensor([0.1, 0.3, 0.2, 0.4], dtype=torch.float64).std(unbiased=False)
+    for got, s in zip(kept, sigma, strict=True):
+        assert torch.all(got > 0)
+        torch.testing.assert_close(got, s.double() / (std + 1e-4))
+
+
+def test_center_none_through_token_advantages_and_config() -> None:
+    mask = torch.ones(2, 4)
+    sigma = [torch.tensor([0.5, -0.25]), torch.tensor([0.25, 0.5])]
+    bounds = [[0, 2, 4], [0, 1, 4]]
+    adv = token_advantages(sigma, bounds, [0, 0], mask, CreditConfig(center="none"))
+    assert adv[0, 0] > 0 and adv[0, 3] < 0 and torch.all(adv[1] > 0)
+    with pytest.raises(ValueError, match="credit.center"):
+        CreditConfig(center="mean")

@@ -15,11 +15,14 @@ from rredcot.data.synthetic import (
     SplitSpec,
     Step,
     WorldConfig,
+    apply_op,
+    check_response,
     derive_seed,
     draw_program,
     generate_split,
     make_world,
     problem_space_size,
+    slipped_solution,
 )
 from rredcot.tasks.synthetic import SyntheticTask
 
@@ -213,3 +216,94 @@ def test_task_grade(response: str, correct: bool, extracted: str | None, status:
     grade = SyntheticTask().grade(response, "1")
     assert (grade.correct, grade.extracted, grade.status) == (correct, extracted, status)
     assert grade.reward == float(correct)
+
+
+# --- bijective chains and slipped demonstrations
+
+
+BIJECTIVE = WorldConfig(chain="bijective")
+
+
+def test_bijective_givens_are_units_and_later_steps_use_a_given() -> None:
+    assert BIJECTIVE.given_values == (1, 3, 7, 9)
+    rng = random.Random(3)
+    for _ in range(200):
+        prog = draw_program(rng, 6, BIJECTIVE)
+        assert all(v in (1, 3, 7, 9) for _, v in prog.given)
+        previous = prog.steps[0].name
+        for step in prog.steps[1:]:
+            other = step.right if step.left == previous else step.left
+            assert previous in (step.left, step.right) and other in ("a", "b", "c")
+            previous = step.name
+
+
+def test_bijective_one_wrong_step_always_changes_the_answer() -> None:
+    """Every later step is a bijection of the previous result: any single change propagates."""
+    rng = random.Random(4)
+    for _ in range(300):
+        prog = draw_program(rng, 5, BIJECTIVE)
+        for k in range(prog.depth):
+            for delta in range(1, 10):
+                vals = dict(prog.given)
+                for i, s in enumerate(prog.steps):
+                    vals[s.name] = apply_op(s.op, vals[s.left], vals[s.right], 10)
+                    if i == k:
+                        vals[s.name] = (vals[s.name] + delta) % 10
+                assert vals[prog.target] != int(prog.answer)
+
+
+def test_problem_space_size_bijective_by_enumeration() -> None:
+    tiny = WorldConfig(modulus=3, n_given=2, ops=("+", "*"), chain="bijective")  # units 1, 2
+    # 2^2 givens x 2 ops x 2 ordered pairs; then 2 ops x 2 sides x 2 givens per later step
+    assert problem_space_size(2, tiny) == 4 * 2 * 2 * (2 * 2 * 2)
+    rng = random.Random(0)
+    seen = {draw_program(rng, 2, tiny).problem_text() for _ in range(5000)}
+    assert len(seen) == problem_space_size(2, tiny)
+
+
+def test_unknown_chain_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="chain"):
+        WorldConfig(chain="tree")
+
+
+def test_slipped_solution_without_slips_is_the_reference() -> None:
+    rng = random.Random(0)
+    prog = draw_program(rng, 5, BIJECTIVE)
+    assert slipped_solution(prog, random.Random(1), 0.0) == prog.solution_text()
+
+
+def test_slipped_solution_is_consistent_and_slips_at_the_rate() -> None:
+    """Lines substitute the written values; the answer is the last written value; the checker
+    finds the first slip as a wrong value; slips occur at ~the rate."""
+    rng, draw = random.Random(5), random.Random(6)
+    slips = steps = 0
+    for _ in range(2000):
+        prog = draw_program(draw, 4, BIJECTIVE)
+        text = slipped_solution(prog, rng, 0.2)
+        *lines, answer = text.split("\n")
+        written = dict(prog.given)
+        first_slip, slips_here = None, 0
+        for i, (line, step) in enumerate(zip(lines, prog.steps, strict=True)):
+            name, expr, subst, value = re.fullmatch(r"(\w)=(\w.\w)=(\d.\d)=(\d+)", line).groups()
+            x, y = written[step.left], written[step.right]
+            assert subst == f"{x}{step.op}{y}"
+            written[name] = int(value)
+            if int(value) != apply_op(step.op, x, y, 10):
+                slips_here += 1
+                first_slip = first_slip or i + 1
+            steps += 1
+        assert answer == f"Answer: {written[prog.target]}."
+        check = check_response(prog, text)
+        assert check.first_error == first_slip
+        if first_slip is not None:
+            assert check.error_kind == "wrong_value"
+        if slips_here == 1:  # a single slip always reaches the answer (two may cancel)
+            assert not check.answer_correct
+        slips += slips_here
+    assert abs(slips / steps - 0.2) < 0.02
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0])
+def test_slipped_solution_rejects_a_bad_rate(rate: float) -> None:
+    with pytest.raises(ValueError, match="slip_rate"):
+        slipped_solution(draw_program(random.Random(0), 2, CONFIG), random.Random(0), rate)

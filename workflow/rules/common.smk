@@ -43,6 +43,10 @@ CONDA_ENV = f"../../{config['conda_env']}"
 WORLD_SPLITS = list(config["world"]["splits"])
 WORLD_TABLES = ["train", *WORLD_SPLITS]
 BASE_METHOD = "base"
+# Every policy is evaluated with the same sampling seed (common random numbers): the same
+# problem and sample index draw the same noise for the base and every run, so paired
+# differences between policies carry no more sampling noise than they must.
+EVAL_SEED = config["seed"]
 TRAINING_METHODS = list(config["training"]["methods"])
 # The base policy all jobs start from: the tiny model SFT-ed here, or `model.name_or_path`
 # fetched (at `model.revision`) into the same directory, so no rule downstream tells them apart
@@ -196,6 +200,49 @@ def training_launcher(method: str, seed: int) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
+CURVE_SPLIT = config["training"]["curve"]["split"]
+if CURVE_SPLIT is not None and CURVE_SPLIT not in WORLD_SPLITS:
+    raise ValueError(
+        f"config key 'training.curve.split': {CURVE_SPLIT!r} is not a world split; "
+        f"choose one of {WORLD_SPLITS} or null"
+    )
+
+
+def curve_settings() -> dict:
+    """`CurveSettings` of the runs: `training.curve.every` + the split's evaluation protocol."""
+    ev = eval_settings(CURVE_SPLIT)
+    keys = ("samples_per_problem", "temperature", "top_p", "max_new_tokens", "batch_size")
+    return {
+        "every": config["training"]["curve"]["every"],
+        "seed": EVAL_SEED,
+        **{k: ev[k] for k in keys},
+    }
+
+
+def curve_input(wildcards) -> dict:
+    return {} if CURVE_SPLIT is None else {"curve_problems": problem_table(CURVE_SPLIT)}
+
+
+def curve_args(input) -> str:
+    """The train_policy arguments of the learning curve (none without a curve split)."""
+    if CURVE_SPLIT is None:
+        return ""
+    return f"--curve-problems {input.curve_problems} --curve {arg(curve_settings())}"
+
+
+def curve_runs(wildcards) -> dict:
+    """What the learning curves read: every run's summary and its final grades on the split."""
+    return {
+        "summaries": training_summaries(wildcards),
+        "grades": [
+            f"results/eval/{m}/seed{s}/{CURVE_SPLIT}/grades.parquet"
+            for m in TRAINING_METHODS
+            for s in config["training"]["seeds"]
+        ],
+        "base": f"results/eval/{BASE_METHOD}/seed{config['seed']}/{CURVE_SPLIT}/grades.parquet",
+    }
+
+
 def training_problems(wildcards) -> str:
     """Train problems with their verified reference solution (column `reference`)."""
     return f"results/references/{TRAIN_DATA}.parquet"
@@ -243,6 +290,12 @@ def all_targets() -> list[str]:
             "results/figures/training_curves.png",
             "results/compute_cost.csv",
         ]
+        if CURVE_SPLIT is not None:
+            training += [
+                "results/learning_curves.csv",
+                "results/figures/learning_curves.png",
+                "results/method_comparison.csv",
+            ]
     return (
         [f"results/{b}_table.csv" for b in config["benchmarks"]]
         + training

@@ -25,7 +25,8 @@ rule generate:
             {
                 **eval_settings(w.benchmark),
                 "task": task_of(w.benchmark),
-                "seed": int(w.seed),
+                "seed": EVAL_SEED,
+                "run_seed": int(w.seed),
             }
         ),
     shell:

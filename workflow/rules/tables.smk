@@ -94,3 +94,47 @@ rule training_report:
     shell:
         "python -m rredcot.steps.training_report --summaries {input.summaries} "
         "--curves {output.curves} --figure {output.figure} --cost {output.cost} > {log} 2>&1"
+
+
+rule learning_curves:
+    input:
+        unpack(curve_runs),
+    output:
+        curves=report(
+            "results/learning_curves.csv",
+            caption="../report/learning_curves.rst",
+            category="Training",
+        ),
+        runs="results/learning_curves_runs.csv",
+        figure=report(
+            "results/figures/learning_curves.png",
+            caption="../report/learning_curves.rst",
+            category="Training",
+        ),
+        comparison=report(
+            "results/method_comparison.csv",
+            caption="../report/method_comparison.rst",
+            category="Training",
+        ),
+    log:
+        "results/logs/learning_curves.log",
+    benchmark:
+        "results/benchmarks/learning_curves.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("learning_curves", "cpus_per_task")
+    resources:
+        mem_mb=res("learning_curves", "mem_mb"),
+        runtime=res("learning_curves", "runtime"),
+    params:
+        settings=arg(
+            {
+                "bootstrap_resamples": config["evaluation"]["bootstrap_resamples"],
+                "seed": config["seed"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.learning_curves --summaries {input.summaries} "
+        "--grades {input.grades} --base {input.base} --params {params.settings} "
+        "--curves {output.curves} --runs {output.runs} --figure {output.figure} "
+        "--comparison {output.comparison} > {log} 2>&1"

@@ -3,6 +3,7 @@
 
 rule train_policy:
     input:
+        unpack(curve_input),
         model=BASE_MODEL,
         train=training_problems,
     output:
@@ -26,7 +27,8 @@ rule train_policy:
         settings=lambda w: arg(training_settings(w.method, int(w.seed))),
         dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),
+        curve=lambda w, input: curve_args(input),
     shell:
         "{params.launcher} rredcot.steps.train_policy --model {input.model} "
         "--train {input.train} --params {params.settings} --dtype {params.dtype} "
-        "--threads {threads} --out {params.run_dir} > {log} 2>&1"
+        "--threads {threads} --out {params.run_dir} {params.curve} > {log} 2>&1"

@@ -6,6 +6,7 @@ T completion tokens (right-padded), K_i segments of row i with boundaries 0 = b_
     A_i      = (R_i − mean_g R) / (std_g R + ε)            outcome advantage, TRL's GRPO   (B,)
     A_i      = (r_i − mean_g r) / std_g r, 0 if std < 1e-8  per-group, RRPO/SRPO (§6)       (B,)
     whiten(x)= (x − mean_g x) / (std_g x + ε)               over all segments of a group
+               (center none: x / (std_g x + ε), the sign of x kept)
     immediate:    A_{i,k} = whiten(σ_{i,k})                                               (K_i,)
     reward_to_go: A_{i,k} = whiten(Σ_{k'≥k} σ_{i,k'})
     mixed:        A_{i,k} = A_i + β · whiten(σ_{i,k})
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 CREDIT_MODES: tuple[str, ...] = ("immediate", "reward_to_go", "mixed")
+CENTERS: tuple[str, ...] = ("group", "none")
 REWARD_SCALES: tuple[str, ...] = ("group", "batch", "none")
 TRL_EPS = 1e-4  # TRL's GRPO adds this to the std
 MIN_STD = 1e-8  # a group whose values spread less than this carries no signal: advantage 0
@@ -44,11 +46,18 @@ class CreditConfig:
     """β of `mixed`: A_i + β·whiten(σ_{i,k})."""
     eps: float = TRL_EPS
     """ε added to the std when whitening σ (the same value TRL adds to the reward std)."""
+    center: str = "group"
+    """One of `CENTERS`: `group` subtracts the group mean of σ before dividing by its std;
+    `none` only divides, so a correct segment of an all-correct group keeps its positive sign."""
 
     def __post_init__(self) -> None:
         if self.mode not in CREDIT_MODES:
             raise ValueError(
                 f"credit.mode: {self.mode!r} is not allowed; choose one of {list(CREDIT_MODES)}"
+            )
+        if self.center not in CENTERS:
+            raise ValueError(
+                f"credit.center: {self.center!r} is not allowed; choose one of {list(CENTERS)}"
             )
         for name in ("beta", "eps"):
             value = getattr(self, name)
@@ -163,9 +172,11 @@ def whiten_groups(
     values: Sequence[torch.Tensor | Sequence[float]],
     groups: torch.Tensor | Sequence[int],
     eps: float = TRL_EPS,
+    center: bool = True,
 ) -> list[torch.Tensor]:
     """whiten(x_{i,k}) = (x_{i,k} − mean_g x)/(std_g x + ε), pooled over every segment k of every
-    row i of group g (population std; 0 where std_g < 1e-8, all values equal).
+    row i of group g (population std; 0 where std_g < 1e-8, all values equal). With
+    `center=False` the mean is not subtracted: x_{i,k}/(std_g x + ε).
     values[i]: (K_i,) -> list of (K_i,) float64."""
     vals = _segment_values(values)
     g = _groups(groups, len(vals))
@@ -175,7 +186,8 @@ def whiten_groups(
         pooled = torch.cat([vals[i] for i in rows])
         if pooled.numel() == 0:
             continue
-        mean, std = pooled.mean(), pooled.std(unbiased=False)
+        std = pooled.std(unbiased=False)
+        mean = pooled.mean() if center else torch.zeros((), dtype=pooled.dtype)
         for i in rows:
             out[i] = (vals[i] - mean) / (std + eps) if std >= MIN_STD else torch.zeros_like(vals[i])
     return out
@@ -236,7 +248,7 @@ def token_advantages(
         raise ValueError("outcome: mode 'mixed' needs the outcome advantages A_i of shape (B,)")
     sig = _segment_values(sigmas)
     signal = [reward_to_go(s) for s in sig] if cfg.mode == "reward_to_go" else sig
-    white = whiten_groups(signal, groups, cfg.eps)
+    white = whiten_groups(signal, groups, cfg.eps, center=cfg.center == "group")
     rows = []
     for i, (w, b) in enumerate(zip(white, boundaries, strict=True)):
         a = cfg.beta * w + float(outcome[i]) if cfg.mode == "mixed" else w  # (K_i,)

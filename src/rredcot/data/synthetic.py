@@ -13,8 +13,17 @@ the format is terse:
 
 A step line is `name=left op right=value(left) op value(right)=result`, all values modulo
 `WorldConfig.modulus`. Step 1 combines two given values; every later step uses the previous
-step's result as one operand (so the answer depends on every step) and any other earlier
-variable as the other. The answer line is `ANSWER_PREFIX + answer + ANSWER_CLOSE`.
+step's result as one operand and, by `WorldConfig.chain`, any other earlier variable (`any`) or
+a given value (`bijective`) as the other. With `bijective` the given values are units of the
+modulus, so every later step is a bijection of the previous result: one wrong step always
+changes the answer, and a wrong chain reaches the right answer only when two slips cancel
+(≈ 1/modulus of those chains). With `any`, steps such as `f=e-d` after `e=d+c` erase an error,
+and wrong chains hit the right answer far more often (measured: 12–18% at modulus 10).
+The answer line is `ANSWER_PREFIX + answer + ANSWER_CLOSE`.
+
+`slipped_solution` writes a demonstration in which each step's result is wrong with a set
+probability and later steps carry the wrong value on: SFT on such demonstrations gives a base
+policy that slips at a rate set by the data (and not by how far SFT got), which RL can remove.
 
 The module also holds the world's per-step checker (`check_response`), re-exported by the task
 `rredcot.tasks.synthetic`.
@@ -41,6 +50,7 @@ ANSWER_PREFIX = "Answer: "  # starts the answer line; the task's trigger is "\n"
 ANSWER_CLOSE = "."  # ends the answer line; never appears in a step line, so it is a stop string
 VARIABLES = string.ascii_lowercase  # given values first, then one name per step
 OPS: tuple[str, ...] = ("+", "-", "*")
+CHAINS: tuple[str, ...] = ("any", "bijective")
 _SPLIT_NAME = re.compile(r"^[a-z0-9_]+$")
 _MAX_REDRAWS = 100_000  # per row; drawing the last of 10^4 problems takes ~10^4 tries
 
@@ -67,6 +77,10 @@ class WorldConfig:
     3 rather than 2 makes the space of short problems 30x larger (depth 2: 324,000 vs 7,200)."""
     ops: tuple[str, ...] = OPS
     """Operators a step may use, a non-empty subset of + - * without repeats."""
+    chain: str = "any"
+    """The other operand of a later step: `any` earlier variable, or a given value
+    (`bijective`: givens are units mod modulus, so each step is a bijection of the previous
+    result and a single wrong step always reaches the answer)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.modulus, int) or isinstance(self.modulus, bool):
@@ -81,6 +95,20 @@ class WorldConfig:
         object.__setattr__(self, "ops", ops)  # accept a list from YAML, store a tuple
         if not ops or len(set(ops)) != len(ops) or any(op not in OPS for op in ops):
             raise ValueError(f"ops must be a non-empty subset of {OPS} without repeats, got {ops}")
+        if self.chain not in CHAINS:
+            raise ValueError(f"chain must be one of {list(CHAINS)}, got {self.chain!r}")
+        if self.chain == "bijective" and len(self.given_values) < min(2, self.n_given):
+            raise ValueError(
+                f"chain 'bijective' draws given values from the units mod {self.modulus}, "
+                f"{list(self.given_values)}: too few for {self.n_given} given values"
+            )
+
+    @property
+    def given_values(self) -> tuple[int, ...]:
+        """Values a given variable may take: every residue, or (bijective) the units only."""
+        if self.chain == "bijective":
+            return tuple(v for v in range(self.modulus) if math.gcd(v, self.modulus) == 1)
+        return tuple(range(self.modulus))
 
     @property
     def max_depth(self) -> int:
@@ -210,33 +238,58 @@ class Program:
 def problem_space_size(depth: int, config: WorldConfig) -> int:
     """How many distinct problems of `depth` the generator can draw.
 
-    m^g given values × |ops|·g(g−1) first steps (|ops| if g = 1) × Π_{s=2..depth} |ops|·2·(g+s−2)
-    later steps (previous result on either side, any other earlier variable on the other).
+    v^g given values (v = len(config.given_values)) × |ops|·g(g−1) first steps (|ops| if
+    g = 1) × Π_{s=2..depth} |ops|·2·o_s later steps (previous result on either side, one of o_s
+    other operands: every earlier variable but the previous, g + s − 2, or a given value, g).
     """
     _check_depths([depth], config)
     g, k = config.n_given, len(config.ops)
-    size = config.modulus**g * k * max(g * (g - 1), 1)
-    return size * math.prod(k * 2 * (g + s - 2) for s in range(2, depth + 1))
+    size = len(config.given_values) ** g * k * max(g * (g - 1), 1)
+    bijective = config.chain == "bijective"
+    return size * math.prod(k * 2 * (g if bijective else g + s - 2) for s in range(2, depth + 1))
 
 
 def draw_program(rng: random.Random, depth: int, config: WorldConfig) -> Program:
     """One random problem of `depth` computed steps."""
-    g, m, ops = config.n_given, config.modulus, config.ops
+    g, ops, values = config.n_given, config.ops, config.given_values
     names = VARIABLES[: g + depth]
-    given = tuple((names[j], rng.randrange(m)) for j in range(g))
+    given = tuple((names[j], values[rng.randrange(len(values))]) for j in range(g))
     steps = []
     for s in range(depth):
         if s == 0:  # two distinct given values (or the only one twice)
             chained = names[rng.randrange(g)]
             others = [n for n in names[:g] if n != chained] or [chained]
-        else:  # the previous result, and any other earlier variable
+        else:  # the previous result, and any other earlier variable (or a given value)
             chained = names[g + s - 1]
-            others = names[: g + s - 1]
+            others = names[:g] if config.chain == "bijective" else names[: g + s - 1]
         other = others[rng.randrange(len(others))]
         op = ops[rng.randrange(len(ops))]
         left, right = (chained, other) if rng.random() < 0.5 else (other, chained)
         steps.append(Step(names[g + s], left, op, right))
-    return Program(m, given, tuple(steps))
+    return Program(config.modulus, given, tuple(steps))
+
+
+def slipped_solution(program: Program, rng: random.Random, slip_rate: float) -> str:
+    """A demonstration of `program` in which each step's result is wrong with prob. slip_rate.
+
+    A slipped result is drawn uniformly from the other modulus − 1 residues; later lines
+    substitute the values as written, so the error propagates to the answer line, which states
+    the last written value. With slip_rate 0 this is `program.solution_text()`.
+    """
+    if not 0 <= slip_rate < 1:
+        raise ValueError(f"slip_rate must be in [0, 1), got {slip_rate!r}")
+    m = program.modulus
+    written = dict(program.given)
+    lines = []
+    for s in program.steps:
+        x, y = written[s.left], written[s.right]
+        value = apply_op(s.op, x, y, m)
+        if slip_rate and rng.random() < slip_rate:
+            value = (value + 1 + rng.randrange(m - 1)) % m
+        written[s.name] = value
+        lines.append(f"{s.name}={s.left}{s.op}{s.right}={x}{s.op}{y}={value}")
+    lines.append(f"{ANSWER_PREFIX}{written[program.target]}{ANSWER_CLOSE}")
+    return "\n".join(lines)
 
 
 def generate_split(

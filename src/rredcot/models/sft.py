@@ -9,14 +9,20 @@ completion tokens only, EOS appended); this module only sets it up and reports w
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
+
+from rredcot.data.synthetic import Program, slipped_solution
+from rredcot.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,15 @@ class SFTSettings:
     """Seed of data order and dropout (the initial weights are seeded by build_tiny_model)."""
     logging_steps: int = 50
     """Log loss, learning rate and gradient norm every this many steps."""
+    eval_steps: int = 100
+    """Check the held-out references every this many steps (when held-out examples are given)."""
+    stop_greedy: float | None = 0.98
+    """Stop early only once at least this share of held-out references is the model's greedy
+    (teacher-forced argmax) output at every token: SFT has crossed its sharp transition.
+    null: never stop early (run max_steps)."""
+    stop_min_delta: float = 0.01
+    """... and the held-out mean π(reference | prompt) rose by less than this since the last
+    check: the base's sampling accuracy has settled where the demonstrations put it."""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "max_length", "logging_steps"):
@@ -72,6 +87,20 @@ class SFTSettings:
             )
         if self.weight_decay < 0 or self.max_grad_norm < 0:
             raise ValueError("sft.weight_decay and sft.max_grad_norm: expected >= 0")
+        if isinstance(self.eval_steps, bool) or not isinstance(self.eval_steps, int):
+            raise ValueError(
+                f"sft.eval_steps: expected a positive integer, got {self.eval_steps!r}"
+            )
+        if self.eval_steps < 1:
+            raise ValueError(
+                f"sft.eval_steps: expected a positive integer, got {self.eval_steps!r}"
+            )
+        if self.stop_greedy is not None and not 0 < self.stop_greedy <= 1:
+            raise ValueError(
+                f"sft.stop_greedy: expected in (0, 1] or null, got {self.stop_greedy!r}"
+            )
+        if not self.stop_min_delta >= 0:
+            raise ValueError(f"sft.stop_min_delta: expected >= 0, got {self.stop_min_delta!r}")
 
 
 def sft_config(settings: SFTSettings, output_dir: str | Path) -> SFTConfig:
@@ -123,6 +152,125 @@ def _check_examples(
             )
 
 
+def demonstrations(
+    rows: pl.DataFrame,
+    task: Task,
+    tokenizer: PreTrainedTokenizerBase,
+    slip_rate: float = 0.0,
+    seed: int = 0,
+) -> list[dict[str, str]]:
+    """(prompt, completion) pairs of world rows; each completion step slips with `slip_rate`.
+
+    With slip_rate 0 the completion is the row's reference solution; otherwise
+    `slipped_solution` redraws it from the row's program (seeded, one stream for all rows).
+    """
+    rng = random.Random(seed)
+    out = []
+    for row in rows.iter_rows(named=True):
+        completion = (
+            slipped_solution(Program.from_json(row["program"]), rng, slip_rate)
+            if slip_rate
+            else task.reference_completion(row)
+        )
+        out.append(
+            {"prompt": task.build_prompt(row["problem"], tokenizer), "completion": completion}
+        )
+    return out
+
+
+@torch.no_grad()
+def reference_fit(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[Mapping[str, str]],
+    batch_size: int = 64,
+) -> dict[str, float]:
+    """How well `model` reproduces held-out (prompt, completion + EOS) pairs, teacher-forced.
+
+    `heldout/greedy`: share of examples whose every completion token is the argmax;
+    `heldout/p_reference`: mean π(completion ⊕ EOS | prompt), the chance a temperature-1 sample
+    is exactly the reference; `heldout/nll_per_token`: mean completion NLL per token.
+    One forward pass per batch; nothing is generated.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    greedy, p_ref, nll, n_tokens = 0, 0.0, 0.0, 0
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        prompts = [tokenizer(ex["prompt"])["input_ids"] for ex in chunk]
+        completions = [
+            tokenizer(ex["completion"])["input_ids"] + [tokenizer.eos_token_id] for ex in chunk
+        ]
+        width = max(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
+        ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+            seq = p + c
+            ids[i, : len(seq)] = torch.tensor(seq)
+            mask[i, : len(seq)] = 1
+            labels[i, len(p) : len(seq)] = torch.tensor(c)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+        logits, targets = logits[:, :-1], labels[:, 1:].to(device)  # (B, T-1)
+        scored = targets != -100
+        logp = torch.log_softmax(logits, dim=-1)
+        token_logp = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1) * scored
+        hit = (logits.argmax(-1) == targets) | ~scored
+        greedy += int(hit.all(dim=1).sum())
+        p_ref += float(token_logp.sum(dim=1).exp().sum())
+        nll -= float(token_logp.sum())
+        n_tokens += int(scored.sum())
+    if was_training:
+        model.train()
+    n = len(examples)
+    return {
+        "heldout/greedy": greedy / n,
+        "heldout/p_reference": p_ref / n,
+        "heldout/nll_per_token": nll / max(n_tokens, 1),
+    }
+
+
+class HeldOutStop(TrainerCallback):
+    """Every `eval_steps`, scores the held-out references; stops SFT once it has settled.
+
+    Settled = the greedy share reached `stop_greedy` (past the sharp transition, whatever
+    float rounding made of its timing) and π(reference) rose by less than `stop_min_delta`
+    since the previous check. So the base model's sampling accuracy is set by the
+    demonstrations, not by the machine. Keeps every check in `history`.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        examples: Sequence[Mapping[str, str]],
+        settings: SFTSettings,
+    ) -> None:
+        self.tokenizer, self.examples, self.settings = tokenizer, examples, settings
+        self.history: list[dict[str, float]] = []
+        self.stopped_at: int | None = None
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001 (HF)
+        if state.global_step % self.settings.eval_steps and state.global_step < state.max_steps:
+            return control
+        fit = {"step": state.global_step, **reference_fit(model, self.tokenizer, self.examples)}
+        previous = self.history[-1]["heldout/p_reference"] if self.history else None
+        self.history.append(fit)
+        log.info("SFT held-out check: %s", fit)
+        s = self.settings
+        if (
+            s.stop_greedy is not None
+            and previous is not None
+            and fit["heldout/greedy"] >= s.stop_greedy
+            and fit["heldout/p_reference"] - previous < s.stop_min_delta
+            and state.global_step < state.max_steps
+        ):
+            log.info("SFT settled at step %d: stopping", state.global_step)
+            self.stopped_at = state.global_step
+            control.should_training_stop = True
+        return control
+
+
 class _LossHistory(TrainerCallback):
     """Keeps every logged training loss so the first and final values can be reported."""
 
@@ -160,8 +308,12 @@ def run_sft(
     examples: Sequence[Mapping[str, str]],
     settings: SFTSettings,
     output_dir: str | Path,
+    heldout: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, float]:
     """Train `model` in place on (prompt, completion) pairs; save model + tokenizer to output_dir.
+
+    With `heldout` pairs (never trained on), `HeldOutStop` checks them every `eval_steps` and
+    may end the run early; its checks are returned under `heldout_history`.
 
     Loss is the mean next-token cross-entropy over completion tokens (EOS included); prompt
     tokens are labelled -100. Returns metrics: `loss/first`, `loss/final` (logged training
@@ -172,6 +324,9 @@ def run_sft(
     history = _LossHistory()
     trainer = build_sft_trainer(model, tokenizer, examples, settings, output_dir)
     trainer.add_callback(history)
+    stop = HeldOutStop(tokenizer, list(heldout), settings) if heldout else None
+    if stop is not None:
+        trainer.add_callback(stop)
     model.train()
     start = time.perf_counter()
     result = trainer.train()
@@ -190,5 +345,9 @@ def run_sft(
         "time/sft_seconds": seconds,
         "time/tokens_per_second": tokens / seconds if seconds > 0 else float("nan"),
     }
+    if stop is not None:
+        metrics["train/stopped_early"] = stop.stopped_at is not None
+        metrics.update({k: v for k, v in stop.history[-1].items() if k != "step"})
+        metrics["heldout_history"] = stop.history
     log.info("SFT done: %s", metrics)
     return metrics

@@ -25,6 +25,9 @@ def main() -> None:
     prm = args.params
     task_name, seed, backend_name = require(prm, "task", "seed", "backend")
     seed_everything(seed)
+    # `seed` seeds the sampling (one seed for every policy: common random numbers); the rows
+    # carry the training seed of the evaluated run (`run_seed`), by which the tables group.
+    run_seed = prm.get("run_seed", seed)
     problems = read_parquet(args.problems)
     if prm.get("max_problems"):
         problems = problems.head(prm["max_problems"])
@@ -54,7 +57,7 @@ def main() -> None:
             "problem_id": [ids[c.prompt_index] for c in completions],
             "sample_index": [c.sample_index for c in completions],
             "method": [args.method] * len(completions),
-            "seed": [seed] * len(completions),
+            "seed": [run_seed] * len(completions),
             "prompt": [prompts[c.prompt_index] for c in completions],
             "text": [c.text for c in completions],
             "token_ids": [list(c.token_ids) for c in completions],

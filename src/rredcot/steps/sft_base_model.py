@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from rredcot.data.schema import read_parquet
-from rredcot.models.sft import SFTSettings, run_sft
+from rredcot.models.sft import SFTSettings, demonstrations, run_sft
 from rredcot.models.tiny import build_tiny_model, count_parameters
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
@@ -26,16 +26,32 @@ def main() -> None:
     tokenizer = build_byte_tokenizer()
     model = build_tiny_model(arch, tokenizer, seed=seed)
     log.info("tiny Qwen3: %d parameters", count_parameters(model))
+    sft = dict(sft)
+    slip_rate = sft.pop("slip_rate", 0.0)
+    n_heldout = sft.pop("heldout_problems", 0)
     train = read_parquet(args.train)
-    examples = [
-        {
-            "prompt": task.build_prompt(row["problem"], tokenizer),
-            "completion": task.reference_completion(row),
-        }
-        for row in train.iter_rows(named=True)
-    ]
-    log.info("SFT on %d reference solutions", len(examples))
-    metrics = run_sft(model, tokenizer, examples, SFTSettings(seed=seed, **sft), args.out)
+    if n_heldout >= train.height:
+        raise ValueError(
+            f"sft.heldout_problems={n_heldout} leaves no training rows of {train.height}"
+        )
+    fit_rows, heldout_rows = train.head(train.height - n_heldout), train.tail(n_heldout)
+    examples = demonstrations(fit_rows, task, tokenizer, slip_rate, seed)
+    heldout = demonstrations(heldout_rows, task, tokenizer, 0.0, seed) if n_heldout else []
+    slipped = sum(
+        ex["completion"] != task.reference_completion(row)
+        for ex, row in zip(examples, fit_rows.iter_rows(named=True), strict=True)
+    )
+    log.info(
+        "SFT on %d demonstrations (%d with a slip, slip_rate %.3f per step); %d held out",
+        len(examples),
+        slipped,
+        slip_rate,
+        len(heldout),
+    )
+    metrics = run_sft(
+        model, tokenizer, examples, SFTSettings(seed=seed, **sft), args.out, heldout=heldout
+    )
+    metrics["train/slipped_demonstrations"] = slipped
     log.info("SFT metrics: %s", json.dumps(metrics, default=str))
     (args.out / "sft_metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
 

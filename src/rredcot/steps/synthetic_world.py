@@ -19,6 +19,7 @@ def main() -> None:
         modulus=args.params.get("modulus", 10),
         n_given=args.params.get("n_given", 3),
         ops=tuple(args.params.get("ops", ("+", "-", "*"))),
+        chain=args.params.get("chain", "any"),
     )
     world = make_world(
         train=SplitSpec(**train),

@@ -11,11 +11,13 @@ checkpoint in `--out`. On GPUs it runs under `accelerate launch ... -m rredcot.s
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
+from rredcot.training.curves import CurveSettings
 from rredcot.training.run import TrainingSettings, train_policy
 
 
@@ -32,6 +34,8 @@ def main() -> None:
         "GPUs)",
     )
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--curve-problems", type=Path, help="held-out problems of the learning curve")
+    p.add_argument("--curve", type=json.loads, help="CurveSettings as JSON (with --curve-problems)")
     args = p.parse_args()
     setup(args.threads)
     settings = TrainingSettings.from_dict(args.params)
@@ -40,7 +44,10 @@ def main() -> None:
     model = load_model(args.model, dtype=args.dtype)
     table = read_parquet(args.train)
     log.info("training %s (seed %d) on %d problems", settings.method, settings.seed, table.height)
-    train_policy(model, tokenizer, table, settings, args.out)
+    curve = None
+    if args.curve_problems is not None:
+        curve = (read_parquet(args.curve_problems), CurveSettings.from_dict(args.curve or {}))
+    train_policy(model, tokenizer, table, settings, args.out, curve=curve)
 
 
 if __name__ == "__main__":

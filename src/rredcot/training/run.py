@@ -40,6 +40,7 @@ from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
+from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 
@@ -615,8 +616,12 @@ def train_policy(
     settings: TrainingSettings,
     out: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
+    curve: tuple[pl.DataFrame, CurveSettings] | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
+
+    `curve` (held-out problems, settings): evaluate the policy on them during the run into
+    `out/curve.csv` (`rredcot.training.curves`).
 
     Writes checkpoints, metrics.csv, final/ and train_summary.json into `out` (module
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
@@ -637,6 +642,11 @@ def train_policy(
     if main:
         metrics = MetricsCSV(out / "metrics.csv", trainer.method.metric_names, resume_step)
         trainer.add_callback(metrics)
+    if main and curve is not None:
+        problems, curve_settings = curve
+        trainer.add_callback(
+            LearningCurve(out / "curve.csv", problems, task, tokenizer, curve_settings, resume_step)
+        )
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start

@@ -1,0 +1,59 @@
+"""Rule `learning_curves`: held-out pass@1 along every run, and the paired method comparison."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from rredcot.reporting.curves import (
+    comparison_mapping,
+    learning_curves,
+    method_comparison,
+    plot_learning_curves,
+    read_run,
+)
+from rredcot.steps.cli import log, parser, setup
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument(
+        "--summaries", required=True, nargs="+", type=Path, help="train_summary.json per run"
+    )
+    p.add_argument(
+        "--grades", required=True, nargs="+", type=Path, help="final grades per run, same order"
+    )
+    p.add_argument("--base", required=True, type=Path, help="the base policy's grades on the split")
+    p.add_argument("--curves", required=True, type=Path)
+    p.add_argument("--runs", required=True, type=Path)
+    p.add_argument("--figure", required=True, type=Path)
+    p.add_argument("--comparison", required=True, type=Path)
+    args = p.parse_args()
+    setup()
+    if len(args.summaries) != len(args.grades):
+        raise ValueError(f"{len(args.summaries)} summaries but {len(args.grades)} grade files")
+    runs = []
+    for summary, grades in zip(args.summaries, args.grades, strict=True):
+        settings = json.loads(summary.read_text())["settings"]
+        runs.append(read_run(settings["method"], int(settings["seed"]), summary.parent, grades))
+    base = pl.read_parquet(args.base)
+    per_run, summary = learning_curves(runs, base)
+    for path in (args.curves, args.runs, args.comparison):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    summary.write_csv(args.curves)
+    per_run.write_csv(args.runs)
+    plot_learning_curves(summary, args.figure)
+    comparison = method_comparison(
+        runs, base, n_resamples=args.params.get("bootstrap_resamples", 10_000),
+        seed=args.params.get("seed", 0),
+    )  # fmt: skip
+    comparison.write_csv(args.comparison)
+    log.info("learning curves:\n%s", summary)
+    for key, value in comparison_mapping(comparison).items():
+        log.info("%s: %s", key, value)
+
+
+if __name__ == "__main__":
+    main()

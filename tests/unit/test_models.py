@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import huggingface_hub.constants
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rredcot.models.loading import load_model, load_tokenizer
-from rredcot.models.sft import SFTSettings, build_sft_trainer, run_sft
+from rredcot.models.sft import (
+    SFTSettings,
+    TransitionAnneal,
+    build_sft_trainer,
+    reference_fit,
+    run_sft,
+)
 from rredcot.models.tiny import (
     ALLOWED_ARCH_KEYS,
     DEFAULT_TINY_ARCH,
@@ -222,3 +230,65 @@ def test_run_sft_rejects_bad_examples(tokenizer, tmp_path, examples, match):
 def test_settings_name_the_bad_field(field, value):
     with pytest.raises(ValueError, match=f"sft.{field}"):
         SFTSettings(**{field: value})
+
+
+# --- held-out check and the anneal after the transition ------------------------------------
+
+
+def test_reference_fit_matches_an_independent_computation(tokenizer):
+    torch.manual_seed(0)
+    model = build_tiny_model(SMALL_ARCH, tokenizer, seed=3)
+    fit = reference_fit(model, tokenizer, EXAMPLES, batch_size=3)
+    nll = completion_nll(model, tokenizer, EXAMPLES)
+    assert fit["heldout/nll_per_token"] == pytest.approx(nll, rel=1e-5)
+    probs = []
+    for ex in EXAMPLES:  # π(completion ⊕ EOS | prompt), one example at a time
+        n_tokens = len(tokenizer(ex["completion"])["input_ids"]) + 1
+        probs.append(math.exp(-completion_nll(model, tokenizer, [ex]) * n_tokens))
+    assert fit["heldout/p_reference"] == pytest.approx(sum(probs) / len(probs), rel=1e-4)
+    assert fit["heldout/greedy"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def test_reference_fit_greedy_share_is_one_for_a_memorized_set(tokenizer, tmp_path):
+    torch.set_num_threads(1)
+    model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
+    settings = SFTSettings(max_steps=60, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0)
+    run_sft(model, tokenizer, EXAMPLES, settings, tmp_path / "sft")
+    fit = reference_fit(model, tokenizer, EXAMPLES)
+    assert fit["heldout/greedy"] == 1.0 and fit["heldout/p_reference"] > 0.5
+
+
+def test_anneal_factor_warms_up_holds_then_decays(tokenizer):
+    settings = SFTSettings(max_steps=100, warmup_ratio=0.1, anneal_steps=20)
+    anneal = TransitionAnneal(tokenizer, EXAMPLES, settings)
+    assert anneal.factor(0) == pytest.approx(1 / 11) and anneal.factor(9) == pytest.approx(10 / 11)
+    assert anneal.factor(10) == 1.0 and anneal.factor(99) == 1.0  # no transition found yet
+    anneal.anneal_start = 40
+    assert anneal.factor(40) == 1.0
+    assert anneal.factor(50) == pytest.approx(0.5)
+    assert anneal.factor(60) == pytest.approx(0.0) and anneal.factor(70) == pytest.approx(0.0)
+
+
+def test_run_sft_anneals_after_the_transition_and_stops(tokenizer, tmp_path):
+    """A memorizable set crosses `transition_greedy` at some check; the run then anneals for
+    exactly anneal_steps more steps and stops, its learning rate ending at 0."""
+    torch.set_num_threads(1)
+    model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
+    settings = SFTSettings(
+        max_steps=400, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0, eval_steps=10,
+        anneal_steps=15, transition_greedy=1.0,
+    )  # fmt: skip
+    metrics = run_sft(model, tokenizer, EXAMPLES, settings, tmp_path / "sft", heldout=EXAMPLES)
+    start = metrics["train/transition_step"]
+    assert start is not None and start % 10 == 0
+    assert metrics["train/steps"] == start + 15
+    history = metrics["heldout_history"]
+    assert history[-1]["step"] == start + 15 and history[-1]["heldout/greedy"] == 1.0
+
+
+def test_anneal_needs_held_out_examples(tokenizer, tmp_path):
+    model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
+    with pytest.raises(ValueError, match="anneal_steps"):
+        run_sft(model, tokenizer, EXAMPLES, SFTSettings(max_steps=5, anneal_steps=2), tmp_path)
+    with pytest.raises(ValueError, match="anneal_steps"):
+        SFTSettings(max_steps=5, anneal_steps=5)

@@ -38,9 +38,10 @@ from rredcot.training import (
     train_policy,
     training_rows,
 )
+from rredcot.training.curves import CurveSettings
 from rredcot.training.methods import GRPOMethod, Method, MethodOutput, RolloutBatch
 from rredcot.training.methods.rredcot import RREDCoTMethod
-from rredcot.training.run import complete_checkpoints
+from rredcot.training.run import RUN_RECORD, claim_run_dir, complete_checkpoints, fingerprint
 
 ARCH = {
     "hidden_size": 32,
@@ -472,3 +473,70 @@ def test_rredcot_reads_the_traces_off_generation(base, tmp_path, monkeypatch):
         assert fresh.metrics["credit/generation_reused"] == 0.0
         assert out.forward_tokens < fresh.forward_tokens  # the encoding pass is not run
     assert all(float(r["credit/generation_reused"]) == 1.0 for r in metrics_rows(tmp_path))
+
+
+@pytest.mark.slow
+def test_changed_settings_start_fresh_same_settings_resume_and_done_runs_take_no_step(
+    base, tmp_path
+):
+    """The run record: another learning rate moves the old directory aside and trains from
+    scratch; the same settings resume; a run already at max_steps takes no extra step."""
+    path, table = base
+    first = run_settings("grpo", max_steps=2, save_steps=1)
+    train_policy(load_model(path), load_tokenizer(path), table, first, tmp_path)
+    old_weights = load_model(tmp_path / "final").state_dict()
+    again = train_policy(load_model(path), load_tokenizer(path), table, first, tmp_path)
+    assert again["resumed_from_step"] == 2 and again["steps"] == 2  # at max_steps: no step
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2]
+    same = load_model(tmp_path / "final").state_dict()
+    assert all(torch.equal(same[k], old_weights[k]) for k in old_weights)
+    changed = run_settings("grpo", max_steps=2, save_steps=1, learning_rate=5e-2)
+    fresh = train_policy(load_model(path), load_tokenizer(path), table, changed, tmp_path)
+    assert fresh["resumed_from_step"] is None and fresh["steps"] == 2
+    assert (tmp_path.parent / f"{tmp_path.name}.stale-0" / "final").is_dir()
+    new = load_model(tmp_path / "final").state_dict()
+    assert any(not torch.equal(new[k], old_weights[k]) for k in old_weights)
+    record = json.loads((tmp_path / RUN_RECORD).read_text())
+    assert record["settings"]["learning_rate"] == 5e-2
+
+
+def test_claim_run_dir_names_what_changed(tmp_path, caplog):
+    out = tmp_path / "run"
+    claim_run_dir(out, {"settings": {"lr": 1}, "inputs": {"model": "a"}})
+    (out / "checkpoint-1").mkdir()
+    claim_run_dir(out, {"settings": {"lr": 1}, "inputs": {"model": "a"}})
+    assert (out / "checkpoint-1").is_dir()  # same record: kept for resuming
+    with caplog.at_level("WARNING"):
+        claim_run_dir(out, {"settings": {"lr": 1}, "inputs": {"model": "b"}})
+    assert "inputs" in caplog.text and (tmp_path / "run.stale-0" / "checkpoint-1").is_dir()
+    assert not (out / "checkpoint-1").exists()
+
+
+def test_fingerprint_sees_content_and_names(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "w.bin").write_bytes(b"\0" * 10)
+    first = fingerprint(d)
+    (d / "w.bin").write_bytes(b"\0" * 9 + b"\1")
+    assert fingerprint(d) != first
+    assert fingerprint(tmp_path / "nope") == f"id:{tmp_path / 'nope'}"
+
+
+@pytest.mark.slow
+def test_the_learning_curve_evaluates_in_run_and_leaves_training_unchanged(base, tmp_path):
+    """Curve points at every `every` steps (not 0, not max_steps), one row per sample; the run's
+    weights equal a run without the curve (the evaluation restores the RNG state)."""
+    path, table = base
+    settings_ = run_settings("grpo", max_steps=3, save_steps=3)
+    problems = table.head(5)
+    curve = CurveSettings(every=1, samples_per_problem=2, temperature=1.0, top_p=1.0,
+                          max_new_tokens=24, seed=0)  # fmt: skip
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path / "a",
+                 curve=(problems, curve))  # fmt: skip
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path / "b")
+    rows = list(csv.DictReader((tmp_path / "a" / "curve.csv").open()))
+    assert sorted({int(r["step"]) for r in rows}) == [1, 2]
+    assert len(rows) == 2 * 5 * 2 and {r["reward"] for r in rows} <= {"0.0", "1.0"}
+    a = load_model(tmp_path / "a" / "final").state_dict()
+    b = load_model(tmp_path / "b" / "final").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

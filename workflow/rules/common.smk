@@ -166,7 +166,7 @@ def training_settings(method: str, seed: int) -> dict:
     settings = {
         k: v
         for k, v in tr.items()
-        if k not in ("methods", "seeds", "per_method", "mc", *launch_keys)
+        if k not in ("methods", "seeds", "per_method", "mc", "curve", *launch_keys)
     }
     if method in ("rrpo", "srpo"):
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.

@@ -52,7 +52,8 @@ def paired_bootstrap(
     a, b = np.atleast_2d(np.asarray(a, dtype=np.float64)), np.atleast_2d(np.asarray(b, np.float64))
     if a.shape != b.shape or a.size == 0:
         raise ValueError(
-            f"a and b: expected the same non-empty (seeds, problems) shape, got {a.shape} and {b.shape}"
+            "a and b: expected the same non-empty (seeds, problems) shape, got "
+            f"{a.shape} and {b.shape}"
         )
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("a and b: non-finite score(s); every (seed, problem) needs both scores")

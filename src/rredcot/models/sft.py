@@ -9,6 +9,7 @@ completion tokens only, EOS appended); this module only sets it up and reports w
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -63,13 +64,15 @@ class SFTSettings:
     """Log loss, learning rate and gradient norm every this many steps."""
     eval_steps: int = 100
     """Check the held-out references every this many steps (when held-out examples are given)."""
-    stop_greedy: float | None = 0.98
-    """Stop early only once at least this share of held-out references is the model's greedy
-    (teacher-forced argmax) output at every token: SFT has crossed its sharp transition.
-    null: never stop early (run max_steps)."""
-    stop_min_delta: float = 0.01
-    """... and the held-out mean π(reference | prompt) rose by less than this since the last
-    check: the base's sampling accuracy has settled where the demonstrations put it."""
+    transition_greedy: float = 0.9
+    """SFT is past its sharp transition once this share of held-out references is the model's
+    greedy (teacher-forced argmax) output at every token."""
+    anneal_steps: int | None = None
+    """With held-out examples: keep the peak learning rate (after warm-up) until the held-out
+    check finds SFT past its transition, then decay it to 0 by a cosine over this many steps
+    and stop. When the transition comes depends on float rounding; what the base ends as does
+    not: the same anneal from the same regime. max_steps caps the run. None: the ordinary
+    `lr_scheduler` over max_steps."""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "max_length", "logging_steps"):
@@ -95,12 +98,19 @@ class SFTSettings:
             raise ValueError(
                 f"sft.eval_steps: expected a positive integer, got {self.eval_steps!r}"
             )
-        if self.stop_greedy is not None and not 0 < self.stop_greedy <= 1:
+        if not 0 < self.transition_greedy <= 1:
             raise ValueError(
-                f"sft.stop_greedy: expected in (0, 1] or null, got {self.stop_greedy!r}"
+                f"sft.transition_greedy: expected in (0, 1], got {self.transition_greedy!r}"
             )
-        if not self.stop_min_delta >= 0:
-            raise ValueError(f"sft.stop_min_delta: expected >= 0, got {self.stop_min_delta!r}")
+        if self.anneal_steps is not None and (
+            isinstance(self.anneal_steps, bool)
+            or not isinstance(self.anneal_steps, int)
+            or not 1 <= self.anneal_steps < self.max_steps
+        ):
+            raise ValueError(
+                f"sft.anneal_steps: expected null or an integer in [1, max_steps), "
+                f"got {self.anneal_steps!r}"
+            )
 
 
 def sft_config(settings: SFTSettings, output_dir: str | Path) -> SFTConfig:
@@ -231,13 +241,13 @@ def reference_fit(
     }
 
 
-class HeldOutStop(TrainerCallback):
-    """Every `eval_steps`, scores the held-out references; stops SFT once it has settled.
+class TransitionAnneal(TrainerCallback):
+    """Every `eval_steps`, scores the held-out references; with `anneal_steps`, starts the
+    anneal once SFT is past its transition and stops the run when the anneal is done.
 
-    Settled = the greedy share reached `stop_greedy` (past the sharp transition, whatever
-    float rounding made of its timing) and π(reference) rose by less than `stop_min_delta`
-    since the previous check. So the base model's sampling accuracy is set by the
-    demonstrations, not by the machine. Keeps every check in `history`.
+    The learning-rate factor (`factor(step)`) is read by the trainer's scheduler: linear
+    warm-up, then 1 until the anneal starts, then a cosine to 0 over `anneal_steps`. Keeps
+    every check in `history`; `anneal_start` is the step the transition was found at.
     """
 
     def __init__(
@@ -248,27 +258,54 @@ class HeldOutStop(TrainerCallback):
     ) -> None:
         self.tokenizer, self.examples, self.settings = tokenizer, examples, settings
         self.history: list[dict[str, float]] = []
-        self.stopped_at: int | None = None
+        self.anneal_start: int | None = None
+        self.warmup = int(settings.warmup_ratio * settings.max_steps)
+
+    def factor(self, step: int) -> float:
+        """Multiplier of the peak learning rate at optimizer step `step` (0-based)."""
+        if step < self.warmup:
+            return (step + 1) / (self.warmup + 1)
+        if self.anneal_start is None or self.settings.anneal_steps is None:
+            return 1.0
+        progress = min(1.0, (step - self.anneal_start) / self.settings.anneal_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001 (HF)
-        if state.global_step % self.settings.eval_steps and state.global_step < state.max_steps:
+        s, step = self.settings, state.global_step
+        if self.anneal_start is not None and s.anneal_steps is not None:
+            if step >= self.anneal_start + s.anneal_steps:
+                log.info("SFT annealed (steps %d-%d): stopping", self.anneal_start, step)
+                control.should_training_stop = True
+            elif step % s.eval_steps:
+                return control
+        elif step % s.eval_steps and step < state.max_steps:
             return control
-        fit = {"step": state.global_step, **reference_fit(model, self.tokenizer, self.examples)}
-        previous = self.history[-1]["heldout/p_reference"] if self.history else None
+        fit = {"step": step, **reference_fit(model, self.tokenizer, self.examples)}
         self.history.append(fit)
         log.info("SFT held-out check: %s", fit)
-        s = self.settings
         if (
-            s.stop_greedy is not None
-            and previous is not None
-            and fit["heldout/greedy"] >= s.stop_greedy
-            and fit["heldout/p_reference"] - previous < s.stop_min_delta
-            and state.global_step < state.max_steps
+            s.anneal_steps is not None
+            and self.anneal_start is None
+            and fit["heldout/greedy"] >= s.transition_greedy
         ):
-            log.info("SFT settled at step %d: stopping", state.global_step)
-            self.stopped_at = state.global_step
-            control.should_training_stop = True
+            self.anneal_start = step
+            log.info(
+                "SFT past its transition at step %d: annealing over %d steps", step, s.anneal_steps
+            )
         return control
+
+
+class _AnnealingSFTTrainer(SFTTrainer):
+    """TRL's SFT trainer whose learning-rate schedule is `TransitionAnneal.factor`."""
+
+    def __init__(self, *args, anneal: TransitionAnneal, **kwargs) -> None:
+        self.anneal = anneal
+        super().__init__(*args, **kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):  # noqa: ANN001, ANN201
+        optimizer = self.optimizer if optimizer is None else optimizer
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.anneal.factor)
+        return self.lr_scheduler
 
 
 class _LossHistory(TrainerCallback):
@@ -288,18 +325,23 @@ def build_sft_trainer(
     examples: Sequence[Mapping[str, str]],
     settings: SFTSettings,
     output_dir: str | Path,
+    anneal: TransitionAnneal | None = None,
 ) -> SFTTrainer:
-    """TRL's trainer on `examples`; its prepared dataset holds the labels (-100 on the prompt)."""
+    """TRL's trainer on `examples`; its prepared dataset holds the labels (-100 on the prompt).
+    With `anneal` (anneal_steps set), its schedule replaces `lr_scheduler`."""
     _check_examples(examples, tokenizer, settings.max_length)
     dataset = Dataset.from_list(
         [{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples]
     )
-    return SFTTrainer(
-        model=model,
-        args=sft_config(settings, output_dir),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    kwargs = {
+        "model": model,
+        "args": sft_config(settings, output_dir),
+        "train_dataset": dataset,
+        "processing_class": tokenizer,
+    }
+    if anneal is not None and settings.anneal_steps is not None:
+        return _AnnealingSFTTrainer(**kwargs, anneal=anneal)
+    return SFTTrainer(**kwargs)
 
 
 def run_sft(
@@ -312,8 +354,9 @@ def run_sft(
 ) -> dict[str, float]:
     """Train `model` in place on (prompt, completion) pairs; save model + tokenizer to output_dir.
 
-    With `heldout` pairs (never trained on), `HeldOutStop` checks them every `eval_steps` and
-    may end the run early; its checks are returned under `heldout_history`.
+    With `heldout` pairs (never trained on), `TransitionAnneal` checks them every `eval_steps`
+    (and, with `anneal_steps`, sets the schedule and ends the run); its checks are returned
+    under `heldout_history`.
 
     Loss is the mean next-token cross-entropy over completion tokens (EOS included); prompt
     tokens are labelled -100. Returns metrics: `loss/first`, `loss/final` (logged training
@@ -322,9 +365,11 @@ def run_sft(
     """
     output_dir = Path(output_dir)
     history = _LossHistory()
-    trainer = build_sft_trainer(model, tokenizer, examples, settings, output_dir)
+    if settings.anneal_steps is not None and not heldout:
+        raise ValueError("sft.anneal_steps: needs held-out examples (sft.heldout_problems > 0)")
+    stop = TransitionAnneal(tokenizer, list(heldout), settings) if heldout else None
+    trainer = build_sft_trainer(model, tokenizer, examples, settings, output_dir, anneal=stop)
     trainer.add_callback(history)
-    stop = HeldOutStop(tokenizer, list(heldout), settings) if heldout else None
     if stop is not None:
         trainer.add_callback(stop)
     model.train()
@@ -346,7 +391,7 @@ def run_sft(
         "time/tokens_per_second": tokens / seconds if seconds > 0 else float("nan"),
     }
     if stop is not None:
-        metrics["train/stopped_early"] = stop.stopped_at is not None
+        metrics["train/transition_step"] = stop.anneal_start
         metrics.update({k: v for k, v in stop.history[-1].items() if k != "step"})
         metrics["heldout_history"] = stop.history
     log.info("SFT done: %s", metrics)

@@ -18,7 +18,7 @@ from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.curves import CurveSettings
-from rredcot.training.run import TrainingSettings, train_policy
+from rredcot.training.run import TrainingSettings, fingerprint, train_policy
 
 
 def main() -> None:
@@ -45,9 +45,11 @@ def main() -> None:
     table = read_parquet(args.train)
     log.info("training %s (seed %d) on %d problems", settings.method, settings.seed, table.height)
     curve = None
+    inputs = {"model": fingerprint(args.model), "train": fingerprint(args.train)}
     if args.curve_problems is not None:
         curve = (read_parquet(args.curve_problems), CurveSettings.from_dict(args.curve or {}))
-    train_policy(model, tokenizer, table, settings, args.out, curve=curve)
+        inputs.update(curve_problems=fingerprint(args.curve_problems), curve=json.dumps(args.curve))
+    train_policy(model, tokenizer, table, settings, args.out, curve=curve, fingerprints=inputs)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ checkpoint then is the last good one and `final/` is not written.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import logging
 import math
@@ -605,6 +606,71 @@ def build_trainer(
     )
 
 
+RUN_RECORD = "run_record.json"
+_FINGERPRINT_CHUNK = 1 << 20
+
+
+def fingerprint(path: str | Path) -> str:
+    """A content fingerprint of a file or directory (a Hub id that is no local path: the id).
+
+    sha256 over every file's relative path, size, first and last MiB: cheap for multi-GB
+    checkpoints and changed by any retraining or re-export in practice."""
+    path = Path(path)
+    if not path.exists():
+        return f"id:{path}"
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        size = f.stat().st_size
+        digest.update(f"{f.relative_to(path) if path.is_dir() else f.name}:{size}".encode())
+        with f.open("rb") as fh:
+            digest.update(fh.read(_FINGERPRINT_CHUNK))
+            if size > 2 * _FINGERPRINT_CHUNK:
+                fh.seek(-_FINGERPRINT_CHUNK, 2)
+                digest.update(fh.read())
+    return digest.hexdigest()
+
+
+def run_record(settings: TrainingSettings, fingerprints: Mapping[str, str]) -> dict[str, Any]:
+    """What a run directory was started with: the settings and the inputs' fingerprints."""
+    return {"settings": settings.to_dict(), "inputs": dict(sorted(fingerprints.items()))}
+
+
+def claim_run_dir(out: Path, record: Mapping[str, Any], main: bool = True) -> None:
+    """Make `out` a directory of this run: checkpoints left by a run with another record
+    (other settings, base model or training data) are moved aside to `out.stale-N`, with a
+    log line saying why, so that a run never resumes from them. Then the record is written."""
+    path = out / RUN_RECORD
+    if not main:
+        return
+    if out.is_dir() and any(out.iterdir()):
+        old = json.loads(path.read_text()) if path.is_file() else None
+        if old != json.loads(json.dumps(record)):
+            changed = (
+                sorted(k for k in {*old, *record} if old.get(k) != record.get(k))
+                if isinstance(old, dict)
+                else ["no record"]
+            )
+            if isinstance(old, dict) and "settings" in changed:
+                a, b = old.get("settings", {}), record["settings"]
+                changed = [f"settings.{k}" for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
+                changed += [c for c in ("inputs",) if old.get(c) != record.get(c)]
+            n = 0
+            while out.with_name(f"{out.name}.stale-{n}").exists():
+                n += 1
+            stale = out.with_name(f"{out.name}.stale-{n}")
+            log.warning(
+                "run directory %s was started with other settings or inputs (%s): moved to %s; "
+                "starting fresh",
+                out,
+                ", ".join(changed),
+                stale,
+            )
+            out.rename(stale)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True))
+
+
 def _is_zero3(trainer: CreditGRPOTrainer) -> bool:
     return DistributedBackend(trainer.accelerator).is_zero3
 
@@ -617,23 +683,30 @@ def train_policy(
     out: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
     curve: tuple[pl.DataFrame, CurveSettings] | None = None,
+    fingerprints: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
 
     `curve` (held-out problems, settings): evaluate the policy on them during the run into
-    `out/curve.csv` (`rredcot.training.curves`).
+    `out/curve.csv` (`rredcot.training.curves`). `fingerprints` name the inputs (base model,
+    training data, curve problems); with the settings they form the run record, and a
+    directory left by a run with another record is moved aside (`claim_run_dir`) instead of
+    resumed. A run whose newest checkpoint is already at max_steps takes no further step.
 
     Writes checkpoints, metrics.csv, final/ and train_summary.json into `out` (module
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
     main one alone removes, appends and writes files.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     task = get_task(settings.task)
     train, without_reference = training_rows(table, task, tokenizer, settings)
+    from accelerate import PartialState
+
+    main = PartialState(cpu=settings.device == "cpu").is_main_process
+    claim_run_dir(out, run_record(settings, fingerprints or {}), main=main)
+    PartialState().wait_for_everyone()
     trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
     accelerator = trainer.accelerator
-    main = accelerator.is_main_process
     checkpoint = resume_point(out, remove_incomplete=main)
     accelerator.wait_for_everyone()
     resume_step = _step_of(checkpoint) if checkpoint else None
@@ -648,7 +721,15 @@ def train_policy(
             LearningCurve(out / "curve.csv", problems, task, tokenizer, curve_settings, resume_step)
         )
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if resume_step is not None and resume_step >= settings.max_steps:
+        # Already done: load the checkpoint's weights and publish them, without a step more.
+        log.info(
+            "checkpoint %s is at max_steps %d: no further step", checkpoint, settings.max_steps
+        )
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.state.global_step = resume_step
+    else:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
     final = out / "final"
     # ZeRO-3 shards the weights: gather them (a collective, on every process; needs the config's

@@ -1,0 +1,113 @@
+"""Learning curves and the paired method comparison on hand-made runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rredcot.reporting.curves import (
+    RunScores,
+    cumulative_compute,
+    learning_curves,
+    method_comparison,
+    plot_learning_curves,
+)
+
+PROBLEMS = [f"p{i}" for i in range(4)]
+
+
+def rewards(values: list[float], step: int | None = None) -> pl.DataFrame:
+    """One sample per problem with the given rewards."""
+    df = pl.DataFrame(
+        {"problem_id": PROBLEMS, "sample_index": [0] * 4, "reward": [float(v) for v in values]}
+    )
+    return df if step is None else df.with_columns(pl.lit(step, pl.Int64).alias("step"))
+
+
+def metrics(steps: int, seconds: float, tokens: int, credit: int = 0) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "step": list(range(1, steps + 1)),
+            "time/step_seconds": [seconds] * steps,
+            "tokens/seen": [tokens * s for s in range(1, steps + 1)],
+            "credit/forward_tokens": [credit] * steps,
+        }
+    )
+
+
+def run(method: str, seed: int, mid: list[float], final: list[float], steps: int = 4) -> RunScores:
+    return RunScores(
+        method, seed, steps, rewards(mid, steps // 2), rewards(final), metrics(steps, 1.0, 10)
+    )
+
+
+BASE = rewards([0, 0, 1, 0])
+
+
+def test_cumulative_compute_adds_credit_tokens_and_starts_at_zero() -> None:
+    out = cumulative_compute(metrics(3, 2.0, 100, credit=5))
+    assert out["step"].to_list() == [0, 1, 2, 3]
+    assert out["seconds"].to_list() == [0.0, 2.0, 4.0, 6.0]
+    assert out["forward_tokens"].to_list() == [0, 105, 210, 315]
+
+
+def test_learning_curves_join_base_curve_and_final() -> None:
+    runs = [run("grpo", 1, [0, 1, 1, 0], [1, 1, 1, 0]), run("grpo", 2, [0, 0, 1, 0], [1, 1, 1, 1])]
+    per_run, summary = learning_curves(runs, BASE)
+    grpo = summary.filter(pl.col("method") == "grpo").sort("step")
+    assert grpo["step"].to_list() == [0, 2, 4]
+    assert grpo["pass_at_1"].to_list() == pytest.approx([0.25, 0.375, 0.875])
+    assert grpo["seconds"].to_list() == [0.0, 2.0, 4.0]
+    assert grpo["seeds"].to_list() == [2, 2, 2]
+    low, high = grpo.filter(pl.col("step") == 4)[["ci95_low", "ci95_high"]].row(0)
+    assert low < 0.875 < high  # t interval over the two seeds (0.75, 1.0)
+    assert per_run.height == 6
+
+
+def test_comparison_pairs_methods_and_reads_no_difference() -> None:
+    grpo = [run("grpo", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2)]
+    same = [run("rredcot", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2)]
+    better = [run("mc", s, [1, 1, 1, 1], [1, 1, 1, 1]) for s in (1, 2)]
+    table = method_comparison([*grpo, *same, *better], BASE, n_resamples=500)
+    row = table.filter((pl.col("method") == "rredcot") & (pl.col("against") == "grpo"))
+    final = row.filter(pl.col("measure") == "final").row(0, named=True)
+    assert final["difference"] == 0 and final["verdict"] == "no difference"
+    mc = table.filter((pl.col("method") == "mc") & (pl.col("against") == "grpo"))
+    assert mc.filter(pl.col("measure") == "final")["difference"][0] == pytest.approx(0.5)
+    # AUC: trapezoid over steps 0, 2, 4 of per-problem pass@1, normalised by 4 steps
+    auc = mc.filter(pl.col("measure") == "auc").row(0, named=True)
+    mc_auc = np.mean([np.trapezoid([b, 1, 1], [0, 2, 4]) / 4 for b in (0, 0, 1, 0)])
+    grpo_auc = np.mean(
+        [
+            np.trapezoid([b, m, f], [0, 2, 4]) / 4
+            for b, m, f in zip((0, 0, 1, 0), (0, 0, 1, 0), (1, 0, 1, 0), strict=True)
+        ]
+    )
+    assert auc["difference"] == pytest.approx(mc_auc - grpo_auc)
+    vs_base = table.filter((pl.col("method") == "grpo") & (pl.col("against") == "base"))
+    assert vs_base["difference"][0] == pytest.approx(0.25)
+
+
+def test_fewer_steps_compared_at_equal_steps_and_equal_seconds() -> None:
+    grpo = [run("grpo", s, [0, 0, 1, 0], [1, 1, 1, 0], steps=4) for s in (1,)]
+    empty = rewards([0] * 4, 0).head(0)
+    mc = RunScores("mc", 1, 2, empty, rewards([1, 1, 1, 1]), metrics(2, 2.0, 10))
+    table = method_comparison([*grpo, mc], BASE, n_resamples=200)
+    measures = table.filter(pl.col("against") == "grpo")["measure"].to_list()
+    assert measures == ["final_equal_steps", "final_equal_seconds"]
+    equal_seconds = table.filter(pl.col("measure") == "final_equal_seconds").row(0, named=True)
+    assert equal_seconds["reference_step"] == 4  # mc's 4 s = grpo's 4 steps of 1 s
+
+
+def test_missing_seed_for_one_method_is_an_error() -> None:
+    runs = [run("grpo", 1, [0] * 4, [1] * 4), run("grpo", 2, [0] * 4, [1] * 4)]
+    runs.append(run("rredcot", 1, [0] * 4, [1] * 4))
+    with pytest.raises(ValueError, match="rredcot"):
+        method_comparison(runs, BASE, n_resamples=10)
+
+
+def test_plot_writes_a_png(tmp_path) -> None:
+    _, summary = learning_curves([run("grpo", 1, [0, 1, 1, 0], [1, 1, 1, 0])], BASE)
+    path = plot_learning_curves(summary, tmp_path / "curves.png")
+    assert path.stat().st_size > 1000

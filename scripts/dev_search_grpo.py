@@ -1,7 +1,8 @@
 """The development-seed search that froze the default's RL settings, on GRPO alone.
 
     python scripts/dev_search_grpo.py --model results/models/base --world results/data/world \
-        --out /tmp/grpo_search --candidates lr1e-4 lr3e-5 ...
+        --out /tmp/grpo_search --every 25 --candidates p8_lr1e-4_warm p8_lr3e-4_warm p4_lr1e-4
+    python scripts/dev_search_grpo.py ... --method rredcot --candidates center_group center_none
 
 Every candidate is a set of overrides of config.yaml's `training` block; each runs GRPO from
 the base model with the development seed (training seed 0, which the workflow never reports)
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,14 +37,35 @@ from rredcot.training.curves import CurveSettings, evaluate_policy  # noqa: E402
 
 DEV_SEED = 0  # never in config.yaml's training.seeds
 # Named candidates: overrides of config.yaml's `training` block.
+# Every search candidate names all the settings it varies (100 steps, curve every 25), so
+# the search reproduces whatever config.yaml froze afterwards.
+_SEARCH = {"max_steps": 100, "warmup_ratio": 0.0}
 CANDIDATES: dict[str, dict] = {
-    "lr3e-5": {"learning_rate": 3e-5},
-    "lr1e-4": {"learning_rate": 1e-4},
-    "lr3e-4": {"learning_rate": 3e-4},
-    "lr1e-4_p8": {"learning_rate": 1e-4, "prompts_per_step": 8},
-    "lr3e-4_p8": {"learning_rate": 3e-4, "prompts_per_step": 8},
-    "lr1e-4_p8_warm": {"learning_rate": 1e-4, "prompts_per_step": 8, "warmup_ratio": 0.1},
-    "lr3e-4_p8_warm": {"learning_rate": 3e-4, "prompts_per_step": 8, "warmup_ratio": 0.1},
+    "p4_lr3e-5": {**_SEARCH, "prompts_per_step": 4, "learning_rate": 3e-5},
+    "p4_lr1e-4": {**_SEARCH, "prompts_per_step": 4, "learning_rate": 1e-4},
+    "p8_lr1e-4_warm": {
+        **_SEARCH,
+        "prompts_per_step": 8,
+        "learning_rate": 1e-4,
+        "warmup_ratio": 0.1,
+    },
+    "p8_lr3e-4_warm": {
+        **_SEARCH,
+        "prompts_per_step": 8,
+        "learning_rate": 3e-4,
+        "warmup_ratio": 0.1,
+    },
+    "p8_lr1e-3_warm": {
+        **_SEARCH,
+        "prompts_per_step": 8,
+        "learning_rate": 1e-3,
+        "warmup_ratio": 0.1,
+    },
+    "frozen": {},  # config.yaml as it is (the confirmation run of the frozen settings)
+    # After the GRPO settings were frozen in config.yaml: METHOD.md §4's credit.center, decided
+    # on the development seed for the credit methods (--method rredcot / mc), as the issue asks.
+    "center_group": {"credit": {"center": "group"}},
+    "center_none": {"credit": {"center": "none"}},
 }
 TRAINING_KEYS_NOT_SETTINGS = (
     "methods",
@@ -55,11 +78,29 @@ TRAINING_KEYS_NOT_SETTINGS = (
 )
 
 
-def run_settings(config: dict, overrides: dict) -> dict:
-    tr = {k: v for k, v in config["training"].items() if k not in TRAINING_KEYS_NOT_SETTINGS}
-    tr.update(overrides)
-    tr.update(method="grpo", seed=DEV_SEED, task="synthetic", reference_column="solution")
-    return tr
+def run_settings(config: dict, overrides: dict, method: str = "grpo") -> dict:
+    """config.yaml's settings of one run of `method` (as the workflow builds them), with the
+    candidate's overrides, on the development seed."""
+    tr = config["training"]
+    settings = {k: v for k, v in tr.items() if k not in TRAINING_KEYS_NOT_SETTINGS}
+    settings.update(tr.get("per_method", {}).get(method, {}))
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            settings[key] = {**settings.get(key, {}), **value}
+        else:
+            settings[key] = value
+    settings.update(
+        method=method,
+        seed=DEV_SEED,
+        task="synthetic",
+        reference_column="solution",
+        segmentation=config["segmentation"],
+        rredcot=config["estimator"]["rredcot"],
+        mc={**config["estimator"]["mc"], **tr.get("mc", {})},
+    )
+    if method in ("rrpo", "srpo"):
+        settings.update(loss_type="grpo", kl_beta=0.0)
+    return settings
 
 
 def curve_settings(config: dict, split: str, every: int) -> CurveSettings:
@@ -92,19 +133,29 @@ def main() -> None:
     p.add_argument("--candidates", nargs="+", default=list(CANDIDATES))
     p.add_argument("--set", type=json.loads, default={}, help="overrides for every candidate")
     p.add_argument("--split", default="synth_id")
-    p.add_argument("--every", type=int, default=25)
+    p.add_argument("--every", type=int, default=None, help="default: training.curve.every")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--method", default="grpo", help="grpo for the search; rredcot/mc: credit.center"
+    )
     args = p.parse_args()
+    torch.set_num_threads(args.threads)  # as many as the runs: more would oversubscribe
     config = yaml.safe_load(args.config.read_text())
     train_split = config["data"]["train"]
-    curve = curve_settings(config, args.split, args.every)
+    curve = curve_settings(config, args.split, args.every or config["training"]["curve"]["every"])
     problems = pl.read_parquet(args.world / f"{args.split}.parquet")
-    base = held_out(args.model, problems, curve)
+    base_file = args.out / "base_heldout.json"  # the base is evaluated once per output dir
+    if base_file.is_file():
+        base = json.loads(base_file.read_text())["pass_at_1"]
+    else:
+        base = held_out(args.model, problems, curve)
+        args.out.mkdir(parents=True, exist_ok=True)
+        base_file.write_text(json.dumps({"pass_at_1": base}))
     print(f"base: held-out pass@1 {base:.3f} on {args.split} ({problems.height} problems)")
     rows = []
     for name in args.candidates:
         overrides = {**CANDIDATES.get(name, {}), **args.set}
-        settings = run_settings(config, overrides)
+        settings = run_settings(config, overrides, args.method)
         run = args.out / name
         start = time.perf_counter()
         cmd = [
@@ -115,7 +166,7 @@ def main() -> None:
             "--curve", json.dumps(curve.__dict__),
         ]  # fmt: skip
         run.mkdir(parents=True, exist_ok=True)
-        with (run / "log.txt").open("w") as log:
+        with (args.out / f"{name}.log").open("w") as log:
             env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
             subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
         seconds = time.perf_counter() - start
@@ -129,6 +180,7 @@ def main() -> None:
         final = held_out(run / "final", problems, curve)
         row = {
             "candidate": name,
+            "method": args.method,
             "overrides": json.dumps(overrides),
             "zero_std_first20": float(metrics.head(20)["reward/frac_zero_std"].mean()),
             "train_reward_first10": float(metrics.head(10)["reward/mean"].mean()),
@@ -143,7 +195,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     table = pl.DataFrame(rows, strict=False)
     args.out.mkdir(parents=True, exist_ok=True)
-    table.write_csv(args.out / "search.csv")
+    table.write_csv(args.out / f"search_{args.method}.csv")
     with pl.Config(tbl_cols=-1, tbl_width_chars=200, float_precision=3):
         print(table.drop("overrides"))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +47,7 @@ def main() -> None:
     p.add_argument("--split", default="synth_id")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = p.parse_args()
+    torch.set_num_threads(1)  # the evaluations; the SFT runs set their own
     config = yaml.safe_load(args.config.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
     world = args.out / "world"
@@ -97,6 +99,8 @@ def main() -> None:
         )
         for check in metrics.get("heldout_history", []):
             print("   ", json.dumps({k: round(v, 4) for k, v in check.items()}))
+    if len(args.threads) < 2:
+        return
     a, b = (per_problem[t] for t in args.threads[:2])
     diff = paired_bootstrap(np.atleast_2d(a), np.atleast_2d(b))
     print(

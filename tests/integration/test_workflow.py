@@ -63,6 +63,33 @@ def test_every_method_trained_and_costed(smoke_run):
         assert (final / "config.json").exists() and (final / "tokenizer.json").exists()
 
 
+def test_learning_curves_and_the_paired_comparison(smoke_run):
+    """Step 0 is the base's evaluation, step 1 the run's own curve point, step 2 the final
+    evaluation; the comparison has every method against the base and the others against GRPO."""
+    workdir, _ = smoke_run
+    curves = pl.read_csv(workdir / "results" / "learning_curves.csv")
+    assert set(curves["method"]) == set(METHODS)
+    assert sorted(set(curves["step"])) == [0, 1, 2]
+    base = pl.read_parquet(workdir / "results/eval/base/seed0/synth_id/grades.parquet")
+    assert curves.filter(pl.col("step") == 0)["pass_at_1"].to_list() == pytest.approx(
+        [base["reward"].mean()] * 5
+    )
+    for m in METHODS:
+        points = pl.read_csv(workdir / f"results/train/{m}/seed0/curve.csv")
+        assert set(points["step"]) == {1} and points.height == base.height
+        final = pl.read_parquet(workdir / f"results/eval/{m}/seed0/synth_id/grades.parquet")
+        last = curves.filter((pl.col("method") == m) & (pl.col("step") == 2))["pass_at_1"][0]
+        assert last == pytest.approx(final["reward"].mean())
+    table = pl.read_csv(workdir / "results" / "method_comparison.csv")
+    against = {(r["method"], r["against"], r["measure"]) for r in table.iter_rows(named=True)}
+    assert {(m, "base", "final") for m in METHODS} <= against
+    assert {(m, "grpo", x) for m in METHODS[1:] for x in ("final", "auc")} <= against
+    for row in table.iter_rows(named=True):
+        assert row["ci95_low"] <= row["difference"] <= row["ci95_high"]
+        assert row["verdict"] in ("better", "worse", "no difference")
+    assert (workdir / "results/figures/learning_curves.png").stat().st_size > 10_000
+
+
 def test_every_job_logged_and_benchmarked(smoke_run):
     workdir, _ = smoke_run
     logs = list((workdir / "results" / "logs").rglob("*.log"))

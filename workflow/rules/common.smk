@@ -211,7 +211,13 @@ if CURVE_SPLIT is not None and CURVE_SPLIT not in WORLD_SPLITS:
 def curve_settings() -> dict:
     """`CurveSettings` of the runs: `training.curve.every` + the split's evaluation protocol."""
     ev = eval_settings(CURVE_SPLIT)
-    keys = ("samples_per_problem", "temperature", "top_p", "max_new_tokens", "batch_size")
+    keys = (
+        "samples_per_problem",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "batch_size",
+    )
     return {
         "every": config["training"]["curve"]["every"],
         "seed": EVAL_SEED,

@@ -95,7 +95,7 @@ def test_fewer_steps_compared_at_equal_steps_and_equal_seconds() -> None:
     mc = RunScores("mc", 1, 2, empty, rewards([1, 1, 1, 1]), metrics(2, 2.0, 10))
     table = method_comparison([*grpo, mc], BASE, n_resamples=200)
     measures = table.filter(pl.col("against") == "grpo")["measure"].to_list()
-    assert measures == ["final_equal_steps", "final_equal_seconds"]
+    assert measures == ["final_equal_steps", "auc_equal_steps", "final_equal_seconds"]
     equal_seconds = table.filter(pl.col("measure") == "final_equal_seconds").row(0, named=True)
     assert equal_seconds["reference_step"] == 4  # mc's 4 s = grpo's 4 steps of 1 s
 

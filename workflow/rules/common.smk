@@ -47,7 +47,24 @@ BASE_METHOD = "base"
 # problem and sample index draw the same noise for the base and every run, so paired
 # differences between policies carry no more sampling noise than they must.
 EVAL_SEED = config["seed"]
-TRAINING_METHODS = list(config["training"]["methods"])
+# Variants: extra runs of a method under other settings, named and reported like a method
+# (e.g. the side setting of credit.center), {name: {method: <method>, <training overrides>}}.
+VARIANTS = config["training"]["variants"]
+TRAINING_METHODS = [*config["training"]["methods"], *VARIANTS]
+
+
+def base_method(name: str) -> str:
+    """The training method a run name stands for (itself, or a variant's method)."""
+    return VARIANTS[name]["method"] if name in VARIANTS else name
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    """`base` with `overrides` on top, nested blocks merged key by key."""
+    out = dict(base)
+    for key, value in overrides.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else value
+    return out
 # The base policy all jobs start from: the tiny model SFT-ed here, or `model.name_or_path`
 # fetched (at `model.revision`) into the same directory, so no rule downstream tells them apart
 # and compute nodes never need the Hub.
@@ -166,12 +183,16 @@ def training_settings(method: str, seed: int) -> dict:
     settings = {
         k: v
         for k, v in tr.items()
-        if k not in ("methods", "seeds", "per_method", "mc", "curve", *launch_keys)
+        if k
+        not in ("methods", "seeds", "per_method", "variants", "mc", "curve", *launch_keys)
     }
+    name, method = method, base_method(method)
     if method in ("rrpo", "srpo"):
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
         settings.update(loss_type="grpo", kl_beta=0.0)
-    settings.update(tr["per_method"].get(method, {}))
+    settings = merged(settings, tr["per_method"].get(method, {}))
+    variant = {k: v for k, v in VARIANTS.get(name, {}).items() if k != "method"}
+    settings = merged(settings, variant)
     settings.update(
         method=method,
         seed=seed,

@@ -11,8 +11,9 @@ The comparison pairs (seed, problem) units (`rredcot.evaluation.paired`): at the
 (per-problem pass@1 over the k samples) and as the area under the learning curve (the
 trapezoid mean of per-problem pass@1 over the evaluated steps, normalised by the run's
 steps, so 1.0 means solved from the first step on). Every method is compared with GRPO and with
-the base; a method with fewer steps (an MC run cut for cost) is also compared with GRPO at its
-own last step and at the GRPO step of equal cumulative seconds.
+the base; a method with fewer steps (an MC run cut for cost) is compared with GRPO at its own
+last step (final and area, both over the same steps) and at the GRPO step of equal cumulative
+wall seconds (the evaluated GRPO step nearest to it).
 """
 
 from __future__ import annotations
@@ -270,6 +271,14 @@ def method_comparison(
                 "final_equal_steps",
                 final,
                 _grid(_at_step(ref, n_steps), "score", seeds, problems),
+                step=n_steps,
+            )
+            add(
+                method,
+                reference,
+                "auc_equal_steps",
+                auc,
+                _grid(_auc(ref, n_steps), "auc", seeds, problems),
                 step=n_steps,
             )
         own_seconds = compute.filter((pl.col("method") == method) & (pl.col("step") == n_steps))[

@@ -37,7 +37,9 @@ def main() -> None:
     runs = []
     for summary, grades in zip(args.summaries, args.grades, strict=True):
         settings = json.loads(summary.read_text())["settings"]
-        runs.append(read_run(settings["method"], int(settings["seed"]), summary.parent, grades))
+        # the run's name (a method or a variant of one) is its directory: train/{name}/seed{s}
+        name = summary.parent.parent.name
+        runs.append(read_run(name, int(settings["seed"]), summary.parent, grades))
     base = pl.read_parquet(args.base)
     per_run, summary = learning_curves(runs, base)
     for path in (args.curves, args.runs, args.comparison):

@@ -26,7 +26,9 @@ def main() -> None:
     runs = []
     for path in args.summaries:
         settings = json.loads(path.read_text())["settings"]
-        runs.append((settings["method"], int(settings["seed"]), path.parent / "metrics.csv"))
+        # the run's name (a method or a variant of one) is its directory: train/{name}/seed{s}
+        name = path.parent.parent.name
+        runs.append((name, int(settings["seed"]), path.parent / "metrics.csv"))
     curves = training_curves(runs)
     args.curves.parent.mkdir(parents=True, exist_ok=True)
     curves.write_csv(args.curves)

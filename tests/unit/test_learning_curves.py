@@ -86,7 +86,9 @@ def test_comparison_pairs_methods_and_reads_no_difference() -> None:
     )
     assert auc["difference"] == pytest.approx(mc_auc - grpo_auc)
     vs_base = table.filter((pl.col("method") == "grpo") & (pl.col("against") == "base"))
-    assert vs_base["difference"][0] == pytest.approx(0.25)
+    assert vs_base["seed"].to_list() == ["all", "1", "2"]
+    assert vs_base["difference"].to_list() == pytest.approx([0.25] * 3)
+    assert vs_base.filter(pl.col("seed") == "1")["seeds"][0] == 1
 
 
 def test_fewer_steps_compared_at_equal_steps_and_equal_seconds() -> None:

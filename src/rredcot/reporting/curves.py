@@ -175,7 +175,11 @@ def method_comparison(
     n_resamples: int = 10_000,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """Every method minus `reference` and minus the base, paired over (seed, problem)."""
+    """Every method minus `reference` and minus the base, paired over (seed, problem).
+
+    Rows have `seed` "all" (bootstrap over seeds and problems); the final-step difference from
+    the base is also given per training seed (bootstrap over problems), so a claim about
+    "every seed" can be read off directly."""
     points = pl.concat([run_points(r, base) for r in runs], how="vertical_relaxed")
     compute = pl.concat(
         [
@@ -220,18 +224,11 @@ def method_comparison(
                 "ci95_low": diff.ci_low,
                 "ci95_high": diff.ci_high,
                 "verdict": diff.verdict,
+                "seed": "all",
                 "seeds": diff.n_seeds,
                 "problems": diff.n_problems,
                 **extra,
             }
-        )
-
-    def grid(method: str, frame: pl.DataFrame, value: str) -> np.ndarray:
-        return _grid(
-            frame.filter(pl.col("method") == method) if "method" in frame.columns else frame,
-            value,
-            seeds,
-            problems,
         )
 
     for method, n_steps in steps.items():
@@ -239,6 +236,10 @@ def method_comparison(
         final = _grid(_at_step(own, n_steps), "score", seeds, problems)
         auc = _grid(_auc(own, n_steps), "auc", seeds, problems)
         add(method, BASE, "final", final, base_grid, step=n_steps)
+        if len(seeds) > 1:  # each training seed on its own (over problems only)
+            for i, s in enumerate(seeds):
+                add(method, BASE, "final", final[i : i + 1], base_grid[i : i + 1], step=n_steps)
+                rows[-1]["seed"] = str(s)
         if method == reference:
             continue
         ref = points.filter(pl.col("method") == reference)

@@ -147,3 +147,33 @@ def test_unknown_problem_set_or_env_stops_naming_the_key(repo, tmp_path, run_sna
 def test_lint_is_clean(repo, run_snakemake):
     proc = run_snakemake(repo, repo, "--lint")
     assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_variant_runs_its_method_with_its_settings_merged(repo, tmp_path, run_snakemake):
+    """training.variants: an extra run named like a method, the method's settings with the
+    variant's merged key by key (credit.center changed, credit.mode kept)."""
+    extra = tmp_path / "variant.yaml"
+    extra.write_text(
+        "training:\n  credit: {center: none}\n  variants:\n    rredcot_center_group: "
+        "{method: rredcot, credit: {center: group}}\n"
+    )
+    proc = run_snakemake(
+        repo, tmp_path, "--configfile", str(repo / "configs/smoke.yaml"), str(extra), "-n", "-p",
+        "results/train/rredcot_center_group/seed0/train_summary.json",
+        "results/train/rredcot/seed0/train_summary.json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line for line in proc.stdout.splitlines() if "rredcot.steps.train_policy" in line]
+    variant = next(c for c in commands if "train/rredcot_center_group/" in c)
+    plain = next(c for c in commands if "train/rredcot/" in c)
+    assert '"method": "rredcot"' in variant and '"center": "group"' in variant
+    assert '"mode": "immediate"' in variant and '"center": "none"' in plain
+
+
+def test_an_unknown_variant_method_stops_naming_the_key(repo, tmp_path, run_snakemake):
+    extra = tmp_path / "variant.yaml"
+    extra.write_text("training:\n  variants:\n    odd: {method: ppo}\n")
+    proc = run_snakemake(
+        repo, tmp_path, "--configfile", str(repo / "configs/smoke.yaml"), str(extra), "-n"
+    )
+    assert proc.returncode != 0 and "training.variants.odd.method" in proc.stdout + proc.stderr

@@ -309,21 +309,23 @@ def plot_learning_curves(summary: pl.DataFrame, path: str | Path) -> Path:
     base = summary.filter(pl.col("step") == 0)["pass_at_1"].mean()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
     xs = [
-        ("step", "optimizer step"),
-        ("seconds", "cumulative wall seconds (credit included)"),
-        ("forward_tokens", "cumulative forward tokens (credit included)"),
+        ("step", "optimizer step", 1.0),
+        ("seconds", "cumulative wall seconds (credit included)", 1.0),
+        ("forward_tokens", "cumulative forward tokens, millions (credit included)", 1e-6),
     ]
-    for ax, (x, label) in zip(axes, xs, strict=True):
+    for ax, (x, label, scale) in zip(axes, xs, strict=True):
         for method, part in summary.sort("step").group_by("method", maintain_order=True):
             part = part.sort("step")
-            line = ax.plot(part[x], part["pass_at_1"], marker="o", label=method[0])[0]
+            line = ax.plot(part[x] * scale, part["pass_at_1"], marker="o", label=method[0])[0]
             ax.fill_between(
-                part[x], part["ci95_low"], part["ci95_high"], alpha=0.2, color=line.get_color()
+                part[x] * scale,
+                part["ci95_low"],
+                part["ci95_high"],
+                alpha=0.2,
+                color=line.get_color(),
             )
         ax.axhline(base, color="black", linestyle="--", linewidth=1, label="base")
         ax.set_xlabel(label)
-        if x == "forward_tokens":
-            ax.set_xscale("symlog")
     axes[0].set_ylabel("held-out pass@1 (mean over seeds, 95% CI)")
     axes[0].legend(title="method")
     fig.tight_layout()

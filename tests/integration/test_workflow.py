@@ -154,8 +154,8 @@ def test_a_variant_runs_its_method_with_its_settings_merged(repo, tmp_path, run_
     variant's merged key by key (credit.center changed, credit.mode kept)."""
     extra = tmp_path / "variant.yaml"
     extra.write_text(
-        "training:\n  credit: {center: none}\n  variants:\n    rredcot_center_group: "
-        "{method: rredcot, credit: {center: group}}\n"
+        "training:\n  credit: {center: none}\n  variants:\n    - {name: rredcot_center_group, "
+        "method: rredcot, credit: {center: group}}\n"
     )
     proc = run_snakemake(
         repo, tmp_path, "--configfile", str(repo / "configs/smoke.yaml"), str(extra), "-n", "-p",
@@ -172,8 +172,8 @@ def test_a_variant_runs_its_method_with_its_settings_merged(repo, tmp_path, run_
 
 def test_an_unknown_variant_method_stops_naming_the_key(repo, tmp_path, run_snakemake):
     extra = tmp_path / "variant.yaml"
-    extra.write_text("training:\n  variants:\n    odd: {method: ppo}\n")
+    extra.write_text("training:\n  variants:\n    - {name: odd, method: ppo}\n")
     proc = run_snakemake(
         repo, tmp_path, "--configfile", str(repo / "configs/smoke.yaml"), str(extra), "-n"
     )
-    assert proc.returncode != 0 and "training.variants.odd.method" in proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "training.variants.0.method" in proc.stdout + proc.stderr

@@ -48,8 +48,10 @@ BASE_METHOD = "base"
 # differences between policies carry no more sampling noise than they must.
 EVAL_SEED = config["seed"]
 # Variants: extra runs of a method under other settings, named and reported like a method
-# (e.g. the side setting of credit.center), {name: {method: <method>, <training overrides>}}.
-VARIANTS = config["training"]["variants"]
+# (e.g. the side setting of credit.center): [{name, method, <training overrides>}].
+VARIANTS = {v["name"]: v for v in config["training"]["variants"]}
+if len(VARIANTS) != len(config["training"]["variants"]):
+    raise ValueError("config key 'training.variants': two variants share a name")
 TRAINING_METHODS = [*config["training"]["methods"], *VARIANTS]
 
 
@@ -191,7 +193,7 @@ def training_settings(method: str, seed: int) -> dict:
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
         settings.update(loss_type="grpo", kl_beta=0.0)
     settings = merged(settings, tr["per_method"].get(method, {}))
-    variant = {k: v for k, v in VARIANTS.get(name, {}).items() if k != "method"}
+    variant = {k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")}
     settings = merged(settings, variant)
     settings.update(
         method=method,

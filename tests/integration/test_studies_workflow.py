@@ -106,11 +106,12 @@ def test_segmentation_sweep(studies_run):
 
 
 def test_references_cover_every_training_problem(studies_run):
-    refs = pl.read_parquet(studies_run / "results" / "references" / "train.parquet")
-    world = pl.read_parquet(studies_run / "results" / "data" / "world" / "train.parquet")
+    """RL's problems (the smoke config's data.train: the world's rl split) all get references."""
+    refs = pl.read_parquet(studies_run / "results" / "references" / "rl.parquet")
+    world = pl.read_parquet(studies_run / "results" / "data" / "world" / "rl.parquet")
     assert refs["id"].to_list() == world["id"].to_list()  # nothing dropped
-    summary = json.loads((studies_run / "results/references/train_summary.json").read_text())
+    summary = json.loads((studies_run / "results/references/rl_summary.json").read_text())
     assert summary["coverage"] == pytest.approx(1.0)  # every synthetic solution verifies
     assert summary["counts"]["dataset"] == refs.height
-    missing = pl.read_csv(studies_run / "results" / "references" / "train_missing.csv")
+    missing = pl.read_csv(studies_run / "results" / "references" / "rl_missing.csv")
     assert missing.columns == ["id", "reason"] and missing.height == 0

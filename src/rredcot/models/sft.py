@@ -75,7 +75,7 @@ class SFTSettings:
     `lr_scheduler` over max_steps."""
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "max_length", "logging_steps"):
+        for name in ("max_steps", "batch_size", "max_length", "logging_steps", "eval_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"sft.{name}: expected a positive integer, got {value!r}")
@@ -90,14 +90,6 @@ class SFTSettings:
             )
         if self.weight_decay < 0 or self.max_grad_norm < 0:
             raise ValueError("sft.weight_decay and sft.max_grad_norm: expected >= 0")
-        if isinstance(self.eval_steps, bool) or not isinstance(self.eval_steps, int):
-            raise ValueError(
-                f"sft.eval_steps: expected a positive integer, got {self.eval_steps!r}"
-            )
-        if self.eval_steps < 1:
-            raise ValueError(
-                f"sft.eval_steps: expected a positive integer, got {self.eval_steps!r}"
-            )
         if not 0 < self.transition_greedy <= 1:
             raise ValueError(
                 f"sft.transition_greedy: expected in (0, 1], got {self.transition_greedy!r}"

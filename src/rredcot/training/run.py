@@ -636,6 +636,17 @@ def run_record(settings: TrainingSettings, fingerprints: Mapping[str, str]) -> d
     return {"settings": settings.to_dict(), "inputs": dict(sorted(fingerprints.items()))}
 
 
+def _changed_keys(old: Any, new: Mapping[str, Any]) -> list[str]:
+    """`settings.<key>` / `inputs.<key>` entries that differ between two run records."""
+    if not isinstance(old, dict):
+        return ["no record"]
+    keys = []
+    for block in ("settings", "inputs"):
+        a, b = old.get(block, {}), json.loads(json.dumps(new.get(block, {})))
+        keys += [f"{block}.{k}" for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
+    return keys
+
+
 def claim_run_dir(out: Path, record: Mapping[str, Any], main: bool = True) -> None:
     """Make `out` a directory of this run: checkpoints left by a run with another record
     (other settings, base model or training data) are moved aside to `out.stale-N`, with a
@@ -646,15 +657,7 @@ def claim_run_dir(out: Path, record: Mapping[str, Any], main: bool = True) -> No
     if out.is_dir() and any(out.iterdir()):
         old = json.loads(path.read_text()) if path.is_file() else None
         if old != json.loads(json.dumps(record)):
-            changed = (
-                sorted(k for k in {*old, *record} if old.get(k) != record.get(k))
-                if isinstance(old, dict)
-                else ["no record"]
-            )
-            if isinstance(old, dict) and "settings" in changed:
-                a, b = old.get("settings", {}), record["settings"]
-                changed = [f"settings.{k}" for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
-                changed += [c for c in ("inputs",) if old.get(c) != record.get(c)]
+            changed = _changed_keys(old, record)
             n = 0
             while out.with_name(f"{out.name}.stale-{n}").exists():
                 n += 1

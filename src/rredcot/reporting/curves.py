@@ -18,6 +18,7 @@ wall seconds (the evaluated GRPO step nearest to it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,8 +339,6 @@ def plot_learning_curves(summary: pl.DataFrame, path: str | Path) -> Path:
 
 def read_run(method: str, seed: int, run_dir: Path, final_grades: Path) -> RunScores:
     """A run's scores from its directory (curve.csv, metrics.csv, train_summary.json)."""
-    import json
-
     summary = json.loads((run_dir / "train_summary.json").read_text())
     curve_path = run_dir / "curve.csv"
     curve = (

@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from rredcot.evaluation.paired import paired_bootstrap  # noqa: E402
+from rredcot.reporting.figures import save_figure  # noqa: E402
 
 BASE = "base"
 
@@ -244,45 +245,18 @@ def method_comparison(
         if method == reference:
             continue
         ref = points.filter(pl.col("method") == reference)
-        ref_steps = steps[reference]
-        if n_steps == ref_steps:
-            add(
-                method,
-                reference,
-                "final",
-                final,
-                _grid(_at_step(ref, ref_steps), "score", seeds, problems),
-                step=n_steps,
-            )
-            add(
-                method,
-                reference,
-                "auc",
-                auc,
-                _grid(_auc(ref, ref_steps), "auc", seeds, problems),
-                step=n_steps,
-            )
-            continue
-        # Fewer (or more) steps: compare at the method's own last step (equal steps, where the
-        # reference was evaluated there) and at the reference step of equal cumulative seconds.
+        # At the method's own last step (equal steps; the reference's final when both ran as
+        # long), and, for a run of another length, at the reference step of equal seconds.
         evaluated = set(ref["step"].unique().to_list())
+        same_length = n_steps == steps[reference]
+        suffix = "" if same_length else "_equal_steps"
         if n_steps in evaluated:
-            add(
-                method,
-                reference,
-                "final_equal_steps",
-                final,
-                _grid(_at_step(ref, n_steps), "score", seeds, problems),
-                step=n_steps,
-            )
-            add(
-                method,
-                reference,
-                "auc_equal_steps",
-                auc,
-                _grid(_auc(ref, n_steps), "auc", seeds, problems),
-                step=n_steps,
-            )
+            ref_final = _grid(_at_step(ref, n_steps), "score", seeds, problems)
+            add(method, reference, f"final{suffix}", final, ref_final, step=n_steps)
+            ref_auc = _grid(_auc(ref, n_steps), "auc", seeds, problems)
+            add(method, reference, f"auc{suffix}", auc, ref_auc, step=n_steps)
+        if same_length:
+            continue
         own_seconds = compute.filter((pl.col("method") == method) & (pl.col("step") == n_steps))[
             "seconds"
         ].mean()
@@ -330,11 +304,7 @@ def plot_learning_curves(summary: pl.DataFrame, path: str | Path) -> Path:
     axes[0].set_ylabel("held-out pass@1 (mean over seeds, 95% CI)")
     axes[0].legend(title="method")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def read_run(method: str, seed: int, run_dir: Path, final_grades: Path) -> RunScores:

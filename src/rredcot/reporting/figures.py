@@ -55,7 +55,8 @@ def display_name(estimator: str) -> str:
     return _NAMES.get(estimator, estimator)
 
 
-def _save(fig: plt.Figure, path: str | Path) -> Path:
+def save_figure(fig: plt.Figure, path: str | Path) -> Path:
+    """Write `fig` to `path` (its folder made), 150 dpi, tight, and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
@@ -164,7 +165,7 @@ def estimator_agreement_figure(
     title = "Segment credit: agreement with the Monte Carlo ground truth vs cost"
     fig.suptitle(title + (f" ({n_traces} traces)" if n_traces else ""))
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def correlation_heatmap(matrix: pl.DataFrame, path: str | Path) -> Path:
@@ -195,7 +196,7 @@ def correlation_heatmap(matrix: pl.DataFrame, path: str | Path) -> Path:
     ax.set_title("Correlation of segment credit between estimators")
     plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimator: str) -> Path:
@@ -258,7 +259,7 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     for ax in (left, right):
         ax.set_xticks(sorted(set(table["requested_segments"].to_list())))
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def mc_truncation_figure(table: pl.DataFrame, path: str | Path) -> Path:
@@ -307,7 +308,7 @@ def mc_truncation_figure(table: pl.DataFrame, path: str | Path) -> Path:
         ax.set_xlabel("rollout budget L (new tokens, log scale)")
         ax.legend(frameon=False)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
@@ -347,7 +348,7 @@ def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
     ax.set_title("Error localization: lowest-credit segment vs first wrong step")
     ax.legend(loc="lower right", frameon=True)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 __all__ = [

@@ -19,6 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from rredcot.reporting.figures import save_figure  # noqa: E402
+
 
 def main_table(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     """One row per method, per benchmark: pass@1, its std over seeds and the 95% CI bounds."""
@@ -139,8 +141,4 @@ def plot_training_curves(curves: pl.DataFrame, path: str | Path, window: int = 5
     for ax in axes:
         ax.legend(title="method")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

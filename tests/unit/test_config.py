@@ -76,3 +76,17 @@ def test_every_error_is_reported_at_once(schema, default):
     msg = str(err.value)
     assert "2 error(s)" in msg
     assert "world.splits.synth_id.n" in msg and "gpus" in msg
+
+
+def test_a_typo_in_the_mc_training_overrides_is_named(schema, default):
+    """training.mc is closed: a misspelt key stops at load time, not inside train_policy."""
+    default["training"]["mc"]["n_rolouts"] = 2
+    with pytest.raises(ConfigError) as err:
+        validate_config(default, schema)
+    assert "n_rolouts" in str(err.value) and "training.mc" in str(err.value)
+
+
+def test_a_variant_needs_a_known_method(schema, default):
+    default["training"]["variants"] = [{"name": "x", "method": "ppo"}]
+    with pytest.raises(ConfigError, match=r"training\.variants\.0\.method"):
+        validate_config(default, schema)

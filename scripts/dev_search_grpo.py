@@ -103,20 +103,6 @@ def run_settings(config: dict, overrides: dict, method: str = "grpo") -> dict:
     return settings
 
 
-def curve_settings(config: dict, split: str, every: int) -> CurveSettings:
-    ev = {k: v for k, v in config["evaluation"].items() if k != "per_benchmark"}
-    ev.update(config["evaluation"]["per_benchmark"].get(split, {}))
-    return CurveSettings(
-        every=every,
-        samples_per_problem=ev["samples_per_problem"],
-        temperature=ev["temperature"],
-        top_p=ev["top_p"],
-        max_new_tokens=ev["max_new_tokens"],
-        seed=config["seed"],
-        batch_size=ev["batch_size"],
-    )
-
-
 def held_out(policy: Path, problems: pl.DataFrame, curve: CurveSettings) -> float:
     rewards = evaluate_policy(
         load_model(policy), load_tokenizer(policy), get_task("synthetic"), problems, curve
@@ -142,7 +128,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)  # as many as the runs: more would oversubscribe
     config = yaml.safe_load(args.config.read_text())
     train_split = config["data"]["train"]
-    curve = curve_settings(config, args.split, args.every or config["training"]["curve"]["every"])
+    every = args.every or config["training"]["curve"]["every"]
+    curve = CurveSettings.from_evaluation(config["evaluation"], args.split, every, config["seed"])
     problems = pl.read_parquet(args.world / f"{args.split}.parquet")
     base_file = args.out / "base_heldout.json"  # the base is evaluated once per output dir
     if base_file.is_file():

@@ -73,13 +73,7 @@ def main() -> None:
     for threads, proc in runs.items():
         if proc.wait():
             raise SystemExit(f"SFT with {threads} thread(s) failed: see its log in {args.out}")
-    ev = {k: v for k, v in config["evaluation"].items() if k != "per_benchmark"}
-    ev.update(config["evaluation"]["per_benchmark"].get(args.split, {}))
-    curve = CurveSettings(
-        every=1, samples_per_problem=ev["samples_per_problem"], temperature=ev["temperature"],
-        top_p=ev["top_p"], max_new_tokens=ev["max_new_tokens"], seed=config["seed"],
-        batch_size=ev["batch_size"],
-    )  # fmt: skip
+    curve = CurveSettings.from_evaluation(config["evaluation"], args.split, 1, config["seed"])
     problems = pl.read_parquet(world / f"{args.split}.parquet")
     per_problem = {}
     for threads in args.threads:

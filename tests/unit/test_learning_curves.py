@@ -13,6 +13,7 @@ from rredcot.reporting.curves import (
     method_comparison,
     plot_learning_curves,
 )
+from rredcot.training.curves import CurveSettings
 
 PROBLEMS = [f"p{i}" for i in range(4)]
 
@@ -113,3 +114,15 @@ def test_plot_writes_a_png(tmp_path) -> None:
     _, summary = learning_curves([run("grpo", 1, [0, 1, 1, 0], [1, 1, 1, 0])], BASE)
     path = plot_learning_curves(summary, tmp_path / "curves.png")
     assert path.stat().st_size > 1000
+
+
+def test_curve_settings_take_the_splits_evaluation_protocol() -> None:
+    evaluation = {
+        "samples_per_problem": 4, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 128,
+        "batch_size": 64, "backend": "hf",
+        "per_benchmark": {"synth_id": {"temperature": 1.0, "top_p": 1.0}},
+    }  # fmt: skip
+    curve = CurveSettings.from_evaluation(evaluation, "synth_id", every=15, seed=3)
+    assert (curve.temperature, curve.top_p, curve.samples_per_problem) == (1.0, 1.0, 4)
+    assert (curve.every, curve.seed, curve.max_new_tokens) == (15, 3, 128)
+    assert CurveSettings.from_evaluation(evaluation, "other", 5, 0).temperature == 0.6

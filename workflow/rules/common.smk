@@ -233,19 +233,14 @@ if CURVE_SPLIT is not None and CURVE_SPLIT not in WORLD_SPLITS:
 
 def curve_settings() -> dict:
     """`CurveSettings` of the runs: `training.curve.every` + the split's evaluation protocol."""
-    ev = eval_settings(CURVE_SPLIT)
-    keys = (
-        "samples_per_problem",
-        "temperature",
-        "top_p",
-        "max_new_tokens",
-        "batch_size",
+    from dataclasses import asdict
+
+    from rredcot.training.curves import CurveSettings
+
+    curve = CurveSettings.from_evaluation(
+        config["evaluation"], CURVE_SPLIT, config["training"]["curve"]["every"], EVAL_SEED
     )
-    return {
-        "every": config["training"]["curve"]["every"],
-        "seed": EVAL_SEED,
-        **{k: ev[k] for k in keys},
-    }
+    return asdict(curve)
 
 
 def curve_input(wildcards) -> dict:

@@ -69,6 +69,17 @@ class CurveSettings:
             raise ValueError(f"training.curve: unknown key(s) {unknown}; allowed {sorted(allowed)}")
         return cls(**mapping)
 
+    @classmethod
+    def from_evaluation(
+        cls, evaluation: dict[str, Any], split: str, every: int, seed: int
+    ) -> CurveSettings:
+        """The evaluation protocol of `split` (config `evaluation` with its `per_benchmark`
+        overrides): the curve of a run is scored exactly as the split's benchmark table."""
+        ev = {k: v for k, v in evaluation.items() if k != "per_benchmark"}
+        ev.update(evaluation.get("per_benchmark", {}).get(split, {}))
+        keys = ("samples_per_problem", "temperature", "top_p", "max_new_tokens", "batch_size")
+        return cls(every=every, seed=seed, **{k: ev[k] for k in keys})
+
     def steps(self, max_steps: int) -> list[int]:
         """The optimizer steps this run evaluates itself at."""
         return list(range(self.every, max_steps, self.every))

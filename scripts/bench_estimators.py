@@ -32,7 +32,7 @@ from rredcot.credit.rredcot import (
     Trace,
     build_continuations,
     rredcot_credit_batch,
-    state_ends_with_newline,
+    state_kinds,
 )
 from rredcot.scoring.logprobs import sequence_logprob_naive
 from rredcot.steps.study_common import load_policy
@@ -62,9 +62,7 @@ def study_traces(results: Path, n: int, task) -> list[Trace]:
 
 def naive_scores(model, tokenizer, task, trace: Trace, config: RREDCoTConfig) -> tuple[list, int]:
     """log π(c | s_k) for every state and continuation by one full pass each; tokens fed."""
-    kinds = state_ends_with_newline(
-        tokenizer, trace.prompt_ids, trace.response_ids, trace.boundaries
-    )
+    kinds = state_kinds(tokenizer, trace.prompt_ids, trace.response_ids, trace.boundaries)
     rows, tokens = [], 0
     for b, kind in zip(trace.boundaries, kinds, strict=True):
         conts = build_continuations(
@@ -72,7 +70,8 @@ def naive_scores(model, tokenizer, task, trace: Trace, config: RREDCoTConfig) ->
             trace.reference,
             tokenizer,
             end_with_eos=config.end_with_eos,
-            state_ends_with_newline=kind,
+            state_kind=kind,
+            with_conditional=config.answer_now == "conditional",
             join=config.join,
         )
         prefix = [*trace.prompt_ids, *trace.response_ids[:b]]
@@ -127,7 +126,8 @@ def main() -> None:
         naive_tokens += tokens
         table = torch.tensor(rows, dtype=torch.float64)
         j = t.reference.num_segments
-        diff = max(diff, float((table[:, 0] - p.answer_logprob).abs().max()))
+        answer = table[:, -1] - table[:, -2] if config.answer_now == "conditional" else table[:, 0]
+        diff = max(diff, float((answer.clamp(max=0) - p.answer_logprob).abs().max()))
         diff = max(diff, float((table[:, 1 : 1 + j] - p.suffix_logprobs).abs().max()))
         naive.append(rows)
     naive_s = time.perf_counter() - start

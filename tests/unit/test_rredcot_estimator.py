@@ -31,6 +31,7 @@ from rredcot.credit.rredcot import (
     rredcot_credit,
     rredcot_credit_batch,
     split_lines,
+    state_kinds,
     value_estimate,
 )
 from rredcot.models.tiny import build_tiny_model
@@ -259,6 +260,7 @@ def test_config_defaults_follow_method():
         ("eps", -1.0),
         ("end_with_eos", 1),
         ("join", "space"),
+        ("answer_now", "both"),
         ("max_tokens_per_pass", 0),
         ("suffixes", 0),
         ("suffixes", "some"),
@@ -374,19 +376,41 @@ def test_reference_path_refuses_bad_segments():
 
 
 @pytest.mark.parametrize(
-    ("text", "after_newline", "rule", "joined"),
+    ("text", "kind", "rule", "joined"),
     [
-        ("\nAnswer: ", True, "line", "Answer: "),  # no blank line after the prompt's "\n"
-        ("\nAnswer: ", False, "line", "\nAnswer: "),
-        ("f=e-c\n", False, "line", "\nf=e-c\n"),  # a step line starts on its own line
-        ("f=e-c\n", True, "line", "f=e-c\n"),
-        ("\n\nFinal answer: ", True, "line", "\nFinal answer: "),  # a paragraph break stays one
-        ("\nAnswer: ", True, "verbatim", "\nAnswer: "),
-        ("f=e-c", False, "verbatim", "f=e-c"),
+        ("\nAnswer: ", "newline", "line", "Answer: "),  # no blank line after the prompt's "\n"
+        ("\nAnswer: ", "line_end", "line", "\nAnswer: "),
+        ("f=e-c\n", "line_end", "line", "\nf=e-c\n"),  # a step line starts on its own line
+        ("f=e-c\n", "newline", "line", "f=e-c\n"),
+        ("\n\nFinal answer: ", "newline", "line", "\nFinal answer: "),  # one paragraph break
+        ("\nAnswer: ", "mid_line", "line", "Answer: "),  # no newline forced into a step
+        ("f=e-c", "mid_line", "line", "f=e-c"),
+        ("\nAnswer: ", "newline", "verbatim", "\nAnswer: "),
+        ("f=e-c", "line_end", "verbatim", "f=e-c"),
     ],
 )
-def test_join_at_state(text, after_newline, rule, joined):
-    assert join_at_state(text, after_newline, rule) == joined
+def test_join_at_state(text, kind, rule, joined):
+    assert join_at_state(text, kind, rule) == joined
+
+
+def test_join_at_state_refuses_an_unknown_kind():
+    with pytest.raises(ValueError, match="state kind"):
+        join_at_state("x", True, "line")  # type: ignore[arg-type]
+
+
+def test_state_kinds(tokenizer):
+    prompt = tokenizer("a=1.\n")["input_ids"]
+    response = tokenizer("d=a+b=3\ne=d*a=1")["input_ids"]
+    # s_0 ends with the prompt's "\n"; b=7 ends the first line; b=3 and b=12 cut inside a line;
+    # b=T is the end of the response
+    assert state_kinds(tokenizer, prompt, response, [0, 3, 7, 8, 12, len(response)]) == [
+        "newline",
+        "mid_line",
+        "line_end",
+        "newline",
+        "mid_line",
+        "line_end",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -398,7 +422,7 @@ def test_continuations_after_the_prompt_reproduce_the_solution(tokenizer):
     # At s_0 (the prompt ends with "\n") C*_0 is exactly the SFT target: prompt ⊕ solution ⊕ EOS.
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
-    conts = build_continuations(task, ref, tokenizer, state_ends_with_newline=True)
+    conts = build_continuations(task, ref, tokenizer, state_kind="newline")
     eos = tokenizer.eos_token_id
     assert conts.texts == [
         "Answer: 1.",
@@ -416,9 +440,7 @@ def test_continuations_after_the_prompt_reproduce_the_solution(tokenizer):
 def test_continuations_after_a_step_line_start_with_the_newline(tokenizer):
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
-    conts = build_continuations(
-        task, ref, tokenizer, state_ends_with_newline=False, with_path_prefix=True
-    )
+    conts = build_continuations(task, ref, tokenizer, state_kind="line_end", with_path_prefix=True)
     assert conts.texts == [
         "\nAnswer: 1.",
         "\n" + SOLUTION,
@@ -436,7 +458,7 @@ def test_continuations_without_eos_and_verbatim(tokenizer):
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
     conts = build_continuations(
-        task, ref, tokenizer, end_with_eos=False, state_ends_with_newline=True, join="verbatim"
+        task, ref, tokenizer, end_with_eos=False, state_kind="newline", join="verbatim"
     )
     assert conts.texts[0] == "\nAnswer: 1."
     assert conts.answer_now == tokenizer("\nAnswer: 1.")["input_ids"]
@@ -603,13 +625,16 @@ def _trace(tokenizer, response: str) -> tuple[list[int], list[int], list[int]]:
     return prompt_ids, response_ids, boundaries
 
 
-@pytest.mark.parametrize("variant", sorted(VALUE_VARIANTS))
-def test_model_credit_matches_naive_scoring(model, tokenizer, variant):
+@pytest.mark.parametrize(
+    ("variant", "answer_now"),
+    [(v, "conditional") for v in sorted(VALUE_VARIANTS)] + [("ref_suffix_sum", "joint")],
+)
+def test_model_credit_matches_naive_scoring(model, tokenizer, variant, answer_now):
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
     prompt_ids, response_ids, boundaries = _trace(tokenizer, WRONG)
     assert boundaries == [0, 11, 23, 35, 46]  # states end where a step line ends (K = 4)
-    config = RREDCoTConfig(value=variant, prune_nats=None)  # every suffix in full
+    config = RREDCoTConfig(value=variant, prune_nats=None, answer_now=answer_now)  # no pruning
     result = rredcot_credit(
         model, tokenizer, task, prompt_ids, response_ids, boundaries, ref, 0.0, config
     )
@@ -620,10 +645,15 @@ def test_model_credit_matches_naive_scoring(model, tokenizer, variant):
         state = prompt_ids + response_ids[:b]
         after_newline = tokenizer.decode(state).endswith("\n")
         assert after_newline == (b == 0)  # the prompt ends with "\n"; no step state does
-        conts = build_continuations(
-            task, ref, tokenizer, state_ends_with_newline=after_newline, with_path_prefix=True
-        )
-        answer.append(sequence_logprob_naive(model, state, conts.answer_now))
+        kind = "newline" if after_newline else "line_end"  # states end before a line's "\n"
+        conts = build_continuations(task, ref, tokenizer, state_kind=kind, with_path_prefix=True)
+        if answer_now == "joint":  # log π(A ⊕ y* ⊕ close ⊕ EOS | s_k)
+            answer.append(sequence_logprob_naive(model, state, conts.answer_now))
+        else:  # log π(y* ⊕ close | s_k ⊕ A), A and y* ⊕ close as text joined to the state
+            a = tokenizer(join_at_state(task.answer_trigger, kind), add_special_tokens=False)
+            y = tokenizer(ROW["answer"] + task.answer_close, add_special_tokens=False)
+            a_ids = list(a["input_ids"])
+            answer.append(sequence_logprob_naive(model, state + a_ids, list(y["input_ids"])))
         suffixes.append([sequence_logprob_naive(model, state, c) for c in conts.suffixes])
         prefix.append(sequence_logprob_naive(model, state, conts.path_prefix))
         lengths.append(len(conts.suffixes[0]))
@@ -685,8 +715,9 @@ def test_model_credit_cost_and_batching(model, tokenizer):
     # runs its tokens without the last, less those that repeat τ's own next tokens (read off
     # the encoding: here the "\n" that starts every continuation after a step line).
     p, t = len(traces[1].prompt_ids), len(traces[1].response_ids)
-    after = build_continuations(task, ref, tokenizer, state_ends_with_newline=True).all_ids()
-    other = build_continuations(task, ref, tokenizer, state_ends_with_newline=False).all_ids()
+    kw = {"with_conditional": True}  # the default answer_now scores A and A ⊕ y* ⊕ close too
+    after = build_continuations(task, ref, tokenizer, state_kind="newline", **kw).all_ids()
+    other = build_continuations(task, ref, tokenizer, state_kind="line_end", **kw).all_ids()
     response = traces[1].response_ids
 
     def cost(conts: list[list[int]], b: int) -> int:
@@ -780,7 +811,7 @@ def test_verbatim_join_scores_one_continuation_set(model, tokenizer):
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
     prompt_ids, response_ids, boundaries = _trace(tokenizer, WRONG)
-    config = RREDCoTConfig(join="verbatim", end_with_eos=False, prune_nats=None)
+    config = RREDCoTConfig(join="verbatim", end_with_eos=False, prune_nats=None, answer_now="joint")
     result = rredcot_credit(
         model, tokenizer, task, prompt_ids, response_ids, boundaries, ref, 1.0, config
     )

@@ -3,7 +3,8 @@
 Everything is a teacher-forced score under the policy π of text appended to a state
 s_k = x ⊕ τ_{<b_k} (k = 0 … K); nothing is generated:
 
-    log R̂_k = log π(A ⊕ y* ⊕ close | s_k)                 answer now            (K+1,)
+    log R̂_k = log π(y* ⊕ close | s_k ⊕ A)                 answer now            (K+1,)
+              (`answer_now: joint`: log π(A ⊕ y* ⊕ close ⊕ EOS | s_k))
     v̂_k     = value variant over the reference suffixes     continuation value    (K+1,)
               C*_j = U*_{≥j} ⊕ A ⊕ y* ⊕ close, j = 0 … J−1 (C*_0 = C*, the whole reference)
     Φ_k = w_R·R̂_k + w_v·v̂_k,  h_k = Φ_k − Φ_{k−1},  σ = redistribute(Φ, R)   (redistribution.py)
@@ -19,6 +20,13 @@ The module has two layers:
 
 Reconstructed choices (the paper's text was not available), each a config option:
 
+- `answer_now` (default "conditional"): R̂_k is the probability of the reference answer if the
+  policy answers now, π(y* ⊕ close | s_k ⊕ A) (the paper's wording: the immediate reward of the
+  answer action), scored as log π(A ⊕ y* ⊕ close | s_k) − log π(A | s_k). "joint" scores
+  π(A ⊕ y* ⊕ close [⊕ EOS] | s_k), which includes the probability of choosing to answer now
+  (≈ 0 mid-trace); with it Φ_k = Σ_{j=0..J} π(C*_j | s_k) is an exact lower bound of V(s_k).
+  The joint column is scored either way: it anchors the suffix pruning.
+
 - `end_with_eos` (default True): the answer-now continuation and every C*_j end with the EOS
   token, so no continuation is a prefix of another; the events "the response is exactly C*_j"
   are then disjoint and each is a correct response, so Φ_k = Σ_{j=0..J} π(C*_j | s_k) (with
@@ -29,8 +37,11 @@ Reconstructed choices (the paper's text was not available), each a config option
   starts with a step line would be glued onto the previous line. "line" makes every continuation
   start on a new line: after a state whose text ends with "\\n" one leading "\\n" of the
   continuation is dropped; after any other state a continuation that does not start with "\\n"
-  gets one. "verbatim" appends the text as built. Under "line" the continuations depend on
-  the kind of state (ends with "\\n" or not); each state is scored with its kind's set.
+  gets one, unless the state ends *inside* a line (the response does not continue with "\\n"
+  there: a segmentation that cuts mid-line): a mid-line state gets the continuation without its
+  leading "\\n", so no newline is forced into the middle of a step. "verbatim" appends the text
+  as built. Under "line" the continuations depend on the kind of state (`STATE_KINDS`); each
+  state is scored with its kind's set.
 - `suffixes` (default "all"): score every C*_j, or importance-sample m of them per state
   (uniform q, v̂ scaled by J/m; unbiased for `ref_suffix_sum`, cheaper, noisier).
 """
@@ -61,7 +72,8 @@ from rredcot.credit.redistribution import (
 class ReferenceScores:
     """Scored log-probs (float64, natural log) of the reference continuations at states 0 … K.
 
-    answer_now:  (K+1,)   log π(A ⊕ y* ⊕ close [⊕ EOS] | s_k) = log R̂_k
+    answer_now:  (K+1,)   log R̂_k: log π(y* ⊕ close | s_k ⊕ A) (conditional) or
+                 log π(A ⊕ y* ⊕ close [⊕ EOS] | s_k) (joint), as the config's `answer_now` says
     suffixes:    (K+1, J) log π(C*_j | s_k), j = 0 … J−1; column 0 is the whole C*; or
                  (K+1, m) for m suffixes sampled out of J (see suffix_weight)
     path_prefix: (K+1,)   log π(U* ⊕ A | s_k); only `ref_answer_after_path` needs it
@@ -136,7 +148,7 @@ def _check_logprobs(name: str, t: torch.Tensor) -> None:
 
 
 def answer_reward(scores: ReferenceScores) -> torch.Tensor:
-    """R̂_k = π(A ⊕ y* ⊕ close | s_k) = exp(answer_now): (K+1,)."""
+    """R̂_k = exp(answer_now): (K+1,) (conditional or joint, whichever was scored)."""
     return scores.answer_now.exp()
 
 
@@ -217,6 +229,10 @@ def value_estimate(variant: str, scores: ReferenceScores) -> torch.Tensor:
 
 
 JOIN_RULES: tuple[str, ...] = ("line", "verbatim")
+ANSWER_NOW: tuple[str, ...] = ("conditional", "joint")
+STATE_KINDS: tuple[str, ...] = ("newline", "line_end", "mid_line")
+"""A state's text ends with "\\n" | ends a line (the response goes on with "\\n", or ends) |
+ends inside a line."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +247,8 @@ class RREDCoTConfig:
     """Weight of the continuation value v̂ in the potential Φ."""
     return_equivalence: str = "terminal_correction"
     """How σ is made to sum to the return: terminal_correction (Σσ = R − Φ_0) | rescale (Σσ = R)."""
+    answer_now: str = "conditional"
+    """R̂_k: conditional π(y* ⊕ close | s_k ⊕ A) | joint π(A ⊕ y* ⊕ close [⊕ EOS] | s_k)."""
     eps: float = 1e-8
     """`rescale` falls back to the terminal correction when |Σ_k h_k| ≤ eps."""
     end_with_eos: bool = True
@@ -268,6 +286,11 @@ class RREDCoTConfig:
             raise ValueError(
                 f"estimator.rredcot.return_equivalence: {self.return_equivalence!r} is not "
                 f"allowed; choose one of {list(RETURN_EQUIVALENCE)}"
+            )
+        if self.answer_now not in ANSWER_NOW:
+            raise ValueError(
+                f"estimator.rredcot.answer_now: {self.answer_now!r} is not allowed; choose one "
+                f"of {list(ANSWER_NOW)}"
             )
         if self.join not in JOIN_RULES:
             raise ValueError(
@@ -425,17 +448,24 @@ class ReferencePath:
         return len(self.segments)
 
 
-def join_at_state(continuation: str, state_ends_with_newline: bool, rule: str = "line") -> str:
-    """The text appended to a state under the join rule (see the module docstring).
+def _check_kind(kind: str) -> None:
+    if kind not in STATE_KINDS:
+        raise ValueError(f"state kind: {kind!r} is not one of {list(STATE_KINDS)}")
 
-    line: after a state ending in "\\n", drop one leading "\\n" (no blank line); after any other
-    state, start the continuation with "\\n" if it does not already. verbatim: unchanged.
+
+def join_at_state(continuation: str, kind: str, rule: str = "line") -> str:
+    """The text appended to a state of `kind` (`STATE_KINDS`) under the join rule.
+
+    line: after a state ending in "\\n", drop one leading "\\n" (no blank line); after a state
+    that ends a line, start the continuation with "\\n" if it does not already; after a
+    mid-line state, drop one leading "\\n" (no newline forced into a step). verbatim: unchanged.
     """
     if rule not in JOIN_RULES:
         raise ValueError(f"join: {rule!r} is not allowed; choose one of {list(JOIN_RULES)}")
+    _check_kind(kind)
     if rule == "verbatim":
         return continuation
-    if state_ends_with_newline:
+    if kind in ("newline", "mid_line"):
         return continuation.removeprefix("\n")
     return continuation if continuation.startswith("\n") else "\n" + continuation
 
@@ -444,21 +474,28 @@ def join_at_state(continuation: str, state_ends_with_newline: bool, rule: str = 
 class Continuations:
     """Token ids of the continuations scored at one kind of state.
 
-    answer_now: A ⊕ y* ⊕ close [⊕ EOS]; suffixes[j]: C*_j [⊕ EOS] for j = 0 … J−1
-    (suffixes[0] is the whole C*); path_prefix: U* ⊕ A (no EOS), or None when not built.
-    texts: the same continuations as text (before EOS), in the order answer_now, suffixes,
-    path_prefix.
+    answer_now: A ⊕ y* ⊕ close [⊕ EOS] (the joint answer-now); suffixes[j]: C*_j [⊕ EOS] for
+    j = 0 … J−1 (suffixes[0] is the whole C*); path_prefix: U* ⊕ A (no EOS), or None when not
+    built; trigger and answer_body: A and A ⊕ y* ⊕ close (no EOS), whose difference is the
+    conditional log π(y* ⊕ close | s ⊕ A), or None when not built. texts: the same
+    continuations as text (before EOS), in the order of `all_ids`.
     """
 
     answer_now: list[int]
     suffixes: list[list[int]]
     path_prefix: list[int] | None
     texts: list[str]
+    trigger: list[int] | None = None
+    answer_body: list[int] | None = None
 
     def all_ids(self) -> list[list[int]]:
-        """[answer_now, C*_0 … C*_{J−1}, (U* ⊕ A)]: the columns `score_states` gets."""
+        """[answer_now, C*_0 … C*_{J−1}, (U* ⊕ A), (A, A ⊕ y* ⊕ close)]: the scored columns."""
         ids = [self.answer_now, *self.suffixes]
-        return ids if self.path_prefix is None else [*ids, self.path_prefix]
+        if self.path_prefix is not None:
+            ids.append(self.path_prefix)
+        if self.trigger is not None and self.answer_body is not None:
+            ids.extend([self.trigger, self.answer_body])
+        return ids
 
 
 def build_continuations(
@@ -467,9 +504,10 @@ def build_continuations(
     tokenizer: Any,
     *,
     end_with_eos: bool = True,
-    state_ends_with_newline: bool = False,
+    state_kind: str = "line_end",
     join: str = "line",
     with_path_prefix: bool = False,
+    with_conditional: bool = False,
 ) -> Continuations:
     """Token ids of answer-now, the J suffixes C*_j = U*_{≥j} ⊕ A ⊕ y* ⊕ close and U* ⊕ A.
 
@@ -479,6 +517,8 @@ def build_continuations(
     caller's concern; the byte tokenizer is exact); EOS is appended when `end_with_eos`.
     `with_path_prefix` also builds U* ⊕ A, checked to be a token prefix of C*_0 so that
     log π(C*_0) − log π(U* ⊕ A) scores exactly y* ⊕ close [⊕ EOS] after U* ⊕ A.
+    `with_conditional` also builds A and A ⊕ y* ⊕ close (no EOS), A checked to be a token
+    prefix, for the conditional answer-now log π(y* ⊕ close | s ⊕ A).
     """
     trigger, close = task.answer_trigger, task.answer_close
     if end_with_eos and tokenizer.eos_token_id is None:
@@ -489,23 +529,33 @@ def build_continuations(
     texts = [answer, *suffix_texts]
     if with_path_prefix:
         texts.append(reference.reasoning + trigger)
-    texts = [join_at_state(t, state_ends_with_newline, join) for t in texts]
+    if with_conditional:
+        texts.extend([trigger, answer])
+    texts = [join_at_state(t, state_kind, join) for t in texts]
 
     def encode(text: str, eos: bool) -> list[int]:
         ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
         return ids + [tokenizer.eos_token_id] if eos else ids
 
-    ids = [encode(t, end_with_eos) for t in texts[: 1 + len(segs)]]
-    path_prefix = None
+    ids = [encode(t, end_with_eos) for t in texts[: 1 + len(segs)]]  # answer_now, C*_j
+    n = 1 + len(segs)
+    path_prefix = trigger_ids = body_ids = None
     if with_path_prefix:
-        path_prefix = encode(texts[-1], False)
+        path_prefix = encode(texts[n], False)
         whole = ids[1]
         if len(path_prefix) >= len(whole) or whole[: len(path_prefix)] != path_prefix:
             raise ValueError(
                 "tokenizer: U* ⊕ A does not tokenize to a prefix of C*; ref_answer_after_path "
                 "cannot split log π(C*) into path and answer with this tokenizer"
             )
-    return Continuations(ids[0], ids[1:], path_prefix, texts)
+    if with_conditional:
+        trigger_ids, body_ids = encode(texts[-2], False), encode(texts[-1], False)
+        if len(trigger_ids) >= len(body_ids) or body_ids[: len(trigger_ids)] != trigger_ids:
+            raise ValueError(
+                "tokenizer: A does not tokenize to a prefix of A ⊕ y* ⊕ close; the conditional "
+                "answer-now cannot be split off with this tokenizer (use answer_now: joint)"
+            )
+    return Continuations(ids[0], ids[1:n], path_prefix, texts, trigger_ids, body_ids)
 
 
 # --------------------------------------------------------------------------- model-facing
@@ -585,6 +635,37 @@ def state_ends_with_newline(
         tokenizer.decode([ids[len(prompt_ids) + b - 1]], skip_special_tokens=False).endswith("\n")
         for b in boundaries
     ]
+
+
+def state_kinds(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    boundaries: Sequence[int],
+    cache: dict[tuple[int, str], bool] | None = None,
+) -> list[str]:
+    """`STATE_KINDS` of each state s_k = x ⊕ τ[:b_k]: its last token's text ends with "\\n"
+    (newline); else the response ends there or its next token starts with "\\n" (line_end);
+    else mid_line. `cache` memoizes token decodes across calls."""
+    cache = {} if cache is None else cache
+    ids = [*prompt_ids, *response_ids]
+
+    def test(tok: int, how: str) -> bool:
+        if (tok, how) not in cache:
+            text = tokenizer.decode([tok], skip_special_tokens=False)
+            cache[tok, how] = text.endswith("\n") if how == "end" else text.startswith("\n")
+        return cache[tok, how]
+
+    kinds = []
+    for b in boundaries:
+        at = len(prompt_ids) + b
+        if test(ids[at - 1], "end"):
+            kinds.append("newline")
+        elif b == len(response_ids) or test(ids[at], "start"):
+            kinds.append("line_end")
+        else:
+            kinds.append("mid_line")
+    return kinds
 
 
 def _check_encoded_rows(traces: Sequence[Trace], encoded: Any, rows: Sequence[int]) -> None:
@@ -677,21 +758,23 @@ def rredcot_credit_batch(
         _check_encoded_rows(traces, encoded, rows)
 
     with_prefix = config.value == "ref_answer_after_path"
-    built: dict[tuple[ReferencePath, bool], Continuations] = {}
+    conditional = config.answer_now == "conditional"
+    built: dict[tuple[ReferencePath, str], Continuations] = {}
     draws: dict[tuple[tuple[int, ...], ReferencePath], tuple[int, ...]] = {}
     rng = random.Random(f"rredcot-suffixes/{seed}")
-    last_char: dict[int, bool] = {}  # token id -> its text ends with "\n"
+    decoded: dict[tuple[int, str], bool] = {}  # (token id, end|start) -> has "\n" there
 
-    def continuations(ref: ReferencePath, kind: bool) -> Continuations:
+    def continuations(ref: ReferencePath, kind: str) -> Continuations:
         if (ref, kind) not in built:
             built[ref, kind] = build_continuations(
                 task,
                 ref,
                 tokenizer,
                 end_with_eos=config.end_with_eos,
-                state_ends_with_newline=kind,
+                state_kind=kind,
                 join=config.join,
                 with_path_prefix=with_prefix,
+                with_conditional=conditional,
             )
         return built[ref, kind]
 
@@ -710,23 +793,18 @@ def rredcot_credit_batch(
             draws[group] = draw_suffixes(j, m, rng)
         chosen = draws[group]
         columns.append(chosen)
-        ids = [*trace.prompt_ids, *trace.response_ids]
         if config.join == "line":
-            kinds = []
-            for bk in b:
-                tok = ids[len(trace.prompt_ids) + bk - 1]
-                if tok not in last_char:
-                    text = tokenizer.decode([tok], skip_special_tokens=False)
-                    last_char[tok] = text.endswith("\n")
-                kinds.append(last_char[tok])
+            kinds = state_kinds(tokenizer, trace.prompt_ids, trace.response_ids, b, decoded)
         else:
-            kinds = [False] * len(b)
+            kinds = ["line_end"] * len(b)
         own, lengths = [None] * len(b), [0] * len(b)
         for kind in sorted(set(kinds)):
             conts = continuations(ref, kind)
             cols = [conts.answer_now, *(conts.suffixes[i] for i in chosen)]
             if conts.path_prefix is not None:
                 cols.append(conts.path_prefix)
+            if conditional:
+                cols.extend([conts.trigger, conts.answer_body])
             states = [k for k, kd in enumerate(kinds) if kd == kind]
             for k in states:
                 lengths[k] = len(conts.suffixes[0])
@@ -761,12 +839,15 @@ def rredcot_credit_batch(
         tokens[t] += n
     results = []
     for t, trace in enumerate(traces):
-        per_state = torch.stack([tables[q][a] for q, a in where[t]])  # (K+1, 1 + m [+ 1])
+        per_state = torch.stack([tables[q][a] for q, a in where[t]])  # (K+1, 1 + m [+1] [+2])
         m = len(columns[t])
+        answer_now = per_state[:, 0]  # joint
+        if conditional:  # log π(A ⊕ y* ⊕ close | s) − log π(A | s)
+            answer_now = (per_state[:, -1] - per_state[:, -2]).clamp(max=0.0)
         scores = ReferenceScores(
-            answer_now=per_state[:, 0],
+            answer_now=answer_now,
             suffixes=per_state[:, 1 : 1 + m],
-            path_prefix=per_state[:, 1 + m] if per_state.shape[1] > 1 + m else None,
+            path_prefix=per_state[:, 1 + m] if with_prefix else None,
             path_num_tokens=torch.tensor(path_tokens[t]),
             suffix_weight=trace.reference.num_segments / m,
         )

@@ -68,7 +68,9 @@ def test_program_may_be_json_dict_or_program() -> None:
         (f"{C}\n{D}\ne=d-b=3-8=4\nAnswer: 4.", 3, "wrong_value", "e=d-b=3-8=4"),
         (f"{C}\nd=c*a=2*3=6\n{E}\nAnswer: 5.", 2, "wrong_substitution", "d=c*a=2*3=6"),
         (f"{C}\nd=c+a=1+3=4\n{E}\nAnswer: 5.", 2, "wrong_step", "d=c+a=1+3=4"),
-        (f"{C}\nd=a*c=3*1=3\n{E}\nAnswer: 5.", 2, "wrong_step", "d=a*c=3*1=3"),
+        (f"{C}\n{D}\ne=b-d=8-3=5\nAnswer: 5.", 3, "wrong_step", "e=b-d=8-3=5"),  # - commutes not
+        (f"{C}\n{C}\n{D}\n{E}\nAnswer: 5.", 2, "wrong_step", C),  # a step computed twice
+        (f"{D}\n{C}\n{E}\nAnswer: 5.", 1, "wrong_step", D),  # d needs c: not a valid order
         (f"{C}\nd=c*a=1*3=03\n{E}\nAnswer: 5.", 2, "wrong_value", "d=c*a=1*3=03"),
         (f"{C}\n d=c*a=1*3=3\n{E}\nAnswer: 5.", 2, "malformed", " d=c*a=1*3=3"),
         (f"{C}\n\n{D}\n{E}\nAnswer: 5.", 2, "malformed", ""),  # blank line between steps
@@ -155,3 +157,38 @@ def test_every_truncation_errs_at_the_line_it_cuts(prog: Program) -> None:
             line_complete = solution[p] == "\n"  # then the next line is missing
             assert chk.first_error == cut.count("\n") + 1 + line_complete
         assert chk.first_error is not None or chk.answer_correct
+
+
+def test_every_commuted_path_passes_and_a_wrong_value_on_it_is_found() -> None:
+    # c = a+b and d = c*a commute: four valid paths; e = d-b does not.
+    assert PROGRAM.commutable_steps() == ("c", "d")
+    paths = [(), ("c",), ("d",), ("c", "d")]
+    texts = [PROGRAM.solution_text(commuted=p) for p in paths]
+    assert len(set(texts)) == 4
+    assert texts[3] == "c=b+a=8+3=1\nd=a*c=3*1=3\ne=d-b=3-8=5\nAnswer: 5."
+    for text in texts:
+        assert check_response(PROGRAM_JSON, text).first_error is None
+    wrong = "c=b+a=8+3=1\nd=a*c=3*1=4\ne=d-b=4-8=6\nAnswer: 6."
+    chk = check_response(PROGRAM_JSON, wrong)
+    assert (chk.first_error, chk.error_kind) == (2, "wrong_value")
+    swapped_values = "c=b+a=3+8=1\nd=c*a=1*3=3\ne=d-b=3-8=5\nAnswer: 5."  # names swapped only
+    chk = check_response(PROGRAM_JSON, swapped_values)
+    assert (chk.first_error, chk.error_kind) == (1, "wrong_substitution")
+    with pytest.raises(ValueError, match="not commutative"):
+        PROGRAM.solution_text(commuted=("e",))
+
+
+def test_a_valid_reordering_passes_and_a_wrong_value_after_it_is_found() -> None:
+    # c and d use given values only, so either may come first; e needs both.
+    dag = Program(
+        10,
+        (("a", 3), ("b", 8)),
+        (Step("c", "a", "+", "b"), Step("d", "b", "-", "a"), Step("e", "c", "*", "d")),
+    )
+    c, d, e = "c=a+b=3+8=1", "d=b-a=8-3=5", "e=c*d=1*5=5"
+    for order in ([c, d, e], [d, c, e], [d, c, "e=d*c=5*1=5"]):
+        assert check_response(dag, "\n".join([*order, "Answer: 5."])).first_error is None
+    chk = check_response(dag, f"{d}\nc=a+b=3+8=2\ne=c*d=2*5=0\nAnswer: 0.")
+    assert (chk.first_error, chk.error_kind) == (2, "wrong_value")
+    chk = check_response(dag, f"{d}\n{e}\n{c}\nAnswer: 5.")
+    assert (chk.first_error, chk.error_kind) == (2, "wrong_step")  # c is not known yet

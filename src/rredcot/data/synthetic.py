@@ -37,7 +37,7 @@ import math
 import random
 import re
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,9 @@ ANSWER_PREFIX = "Answer: "  # starts the answer line; the task's trigger is "\n"
 ANSWER_CLOSE = "."  # ends the answer line; never appears in a step line, so it is a stop string
 VARIABLES = string.ascii_lowercase  # given values first, then one name per step
 OPS: tuple[str, ...] = ("+", "-", "*")
+COMMUTATIVE: frozenset[str] = frozenset(
+    {"+", "*"}
+)  # x op y = y op x (mod m): either order is valid
 CHAINS: tuple[str, ...] = ("any", "bijective")
 _SPLIT_NAME = re.compile(r"^[a-z0-9_]+$")
 _MAX_REDRAWS = 100_000  # per row; drawing the last of 10^4 problems takes ~10^4 tries
@@ -178,15 +181,27 @@ class Program:
     def answer(self) -> str:
         return str(self.values()[self.target])
 
-    def step_lines(self) -> list[str]:
-        """The reference line of every step: `c=a+b=3+8=1`."""
+    def step_lines(self, commuted: Collection[str] = ()) -> list[str]:
+        """The reference line of every step: `c=a+b=3+8=1`; the steps named in `commuted`
+        (commutative ops only) with their operands swapped, `c=b+a=8+3=1`: another valid path."""
         vals = dict(self.given)
         lines = []
         for s in self.steps:
-            x, y = vals[s.left], vals[s.right]
+            left, right = s.left, s.right
+            if s.name in commuted:
+                if s.op not in COMMUTATIVE:
+                    raise ValueError(
+                        f"commuted: step {s.name}={left}{s.op}{right} is not commutative"
+                    )
+                left, right = right, left
+            x, y = vals[left], vals[right]
             vals[s.name] = apply_op(s.op, x, y, self.modulus)
-            lines.append(f"{s.name}={s.left}{s.op}{s.right}={x}{s.op}{y}={vals[s.name]}")
+            lines.append(f"{s.name}={left}{s.op}{right}={x}{s.op}{y}={vals[s.name]}")
         return lines
+
+    def commutable_steps(self) -> tuple[str, ...]:
+        """Names of the steps whose op is commutative (each may be written either way round)."""
+        return tuple(s.name for s in self.steps if s.op in COMMUTATIVE)
 
     def answer_line(self) -> str:
         return f"{ANSWER_PREFIX}{self.answer}{ANSWER_CLOSE}"
@@ -196,9 +211,10 @@ class Program:
         steps = " ".join(f"{s.name}={s.left}{s.op}{s.right}." for s in self.steps)
         return f"{given}. {steps} Find {self.target}."
 
-    def solution_text(self) -> str:
-        """The reference completion: one step per line, then the answer line (no newline after)."""
-        return "\n".join([*self.step_lines(), self.answer_line()])
+    def solution_text(self, commuted: Collection[str] = ()) -> str:
+        """The reference completion: one step per line, then the answer line (no newline after);
+        `commuted` as in `step_lines` (a different valid path, `check_response` accepts it)."""
+        return "\n".join([*self.step_lines(commuted), self.answer_line()])
 
     def to_json(self) -> str:
         return json.dumps(
@@ -443,32 +459,54 @@ def _lines(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
-def _step_error_kind(got: str, want: str) -> str:
-    g, w = _STEP.fullmatch(got), _STEP.fullmatch(want)
-    assert w is not None  # reference lines always parse
+def _step_verdict(
+    got: str, program: Program, known: dict[str, int], values: dict[str, int]
+) -> tuple[str | None, str | None]:
+    """(name computed, error kind or None) of one step line, given the variables `known` so far.
+
+    Valid: `name=L op R=x op y=z` where `name` is a step of the program not computed yet, L op R
+    is its definition (or R op L for a commutative op), L and R are known, x and y are their
+    values and z is the step's value.
+    """
+    g = _STEP.fullmatch(got)
     if g is None:
-        return "malformed"
-    if g.group(1, 2, 3, 4) != w.group(1, 2, 3, 4):
-        return "wrong_step"  # another variable or expression than the program's step
-    if g.group(5, 6, 7) != w.group(5, 6, 7):
-        return "wrong_substitution"
-    return "wrong_value"
+        return None, "malformed"
+    name, left, op, right = g.group(1, 2, 3, 4)
+    step = next((s for s in program.steps if s.name == name), None)
+    forms = set()
+    if step is not None:
+        forms.add((step.left, step.op, step.right))
+        if step.op in COMMUTATIVE:
+            forms.add((step.right, step.op, step.left))
+    if step is None or name in known or (left, op, right) not in forms:
+        return name, "wrong_step"  # another variable or expression than a step of the program
+    if left not in known or right not in known:
+        return name, "wrong_step"  # an operand not computed yet: not a valid order
+    if g.group(5, 6, 7) != (str(known[left]), op, str(known[right])):
+        return name, "wrong_substitution"
+    if g.group(8) != str(values[name]):
+        return name, "wrong_value"
+    return name, None
 
 
 def check_response(program: str | Mapping[str, Any] | Program, response: str) -> StepCheck:
     """Check a response (the text after the prompt) step by step against its program.
 
-    Rule: line i (1-based, lines split on "\\n") must equal the reference line of step i,
-    `c=a+b=3+8=1`, character for character, except that trailing spaces, tabs and "\\r" are
-    ignored. Line n_steps + 1 must be the answer line `Answer: <answer>.` (the same tolerance as
-    `extract_answer`: spaces after the prefix, a missing "."), and only whitespace may follow it.
-    The substituted operands must be the reference values (all earlier steps are right by then).
-    A response that ends (or ends in blank space) before line i is missing step i. Nothing else is
-    tolerated: no leading spaces, no blank lines between steps, no extra steps.
+    Rule: lines 1 … n_steps (lines split on "\\n") compute the program's steps, one per line,
+    each `c=a+b=3+8=1` character for character (trailing spaces, tabs and "\\r" ignored), in
+    any order that uses only values already known (given or computed on an earlier line), with
+    the operands of a commutative op (+, *) either way round: every valid solution path passes
+    (`Program.solution_text(commuted=…)`; in a chain every step needs the previous one, so only
+    the operand order varies). Line n_steps + 1 must be the answer line `Answer: <answer>.`
+    (the same tolerance as `extract_answer`: spaces after the prefix, a missing "."), and only
+    whitespace may follow it. The substituted operands must be the values (all earlier steps are
+    right by then). A response that ends (or ends in blank space) before line i is missing step
+    i. Nothing else is tolerated: no leading spaces, no blank lines between steps, no extra steps.
     """
     prog = Program.from_json(program)
-    expected = prog.step_lines()
-    n = len(expected)
+    n = prog.depth
+    values = prog.values()
+    known = dict(prog.given)
     answer_correct = extract_answer(response) == prog.answer
     lines = _lines(response)
     end = (len(response), len(response))
@@ -479,13 +517,14 @@ def check_response(program: str | Mapping[str, Any] | Program, response: str) ->
     def missing(i: int) -> bool:  # 0-based line i absent, or only blank space left
         return i >= len(lines) or (i == len(lines) - 1 and not lines[i][2].strip())
 
-    for i, want in enumerate(expected):
+    for i in range(n):
         if missing(i):
             return error(i + 1, "missing", end)
         start, stop, line = lines[i]
-        got = line.rstrip(_TRAILING)
-        if got != want:
-            return error(i + 1, _step_error_kind(got, want), (start, stop))
+        name, kind = _step_verdict(line.rstrip(_TRAILING), prog, known, values)
+        if kind is not None:
+            return error(i + 1, kind, (start, stop))
+        known[name] = values[name]
     if missing(n):
         return error(n + 1, "missing", end)
     start, stop, line = lines[n]

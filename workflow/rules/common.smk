@@ -42,6 +42,10 @@ if not (Path(workflow.basedir) / config["conda_env"]).is_file():
 CONDA_ENV = f"../../{config['conda_env']}"
 WORLD_SPLITS = list(config["world"]["splits"])
 WORLD_TABLES = ["train", *WORLD_SPLITS]
+# The estimator studies draw their problems from a pool of their own (`studies.pool`), disjoint
+# from every world table and generated apart from them, or else read `studies.split`.
+STUDY_POOL = "study_pool"
+STUDY_SET = STUDY_POOL if config["studies"]["pool"] else config["studies"]["split"]
 BASE_METHOD = "base"
 # Every policy is evaluated with the same sampling seed (common random numbers): the same
 # problem and sample index draw the same noise for the base and every run, so paired
@@ -79,7 +83,7 @@ wildcard_constraints:
     seed=r"\d+",
     method=r"[a-z0-9_]+",
     benchmark=r"[a-z0-9_]+",
-    split="|".join([*WORLD_TABLES, *KNOWN_BENCHMARKS, *KNOWN_TRAINING_SETS]),
+    split="|".join([*WORLD_TABLES, STUDY_POOL, *KNOWN_BENCHMARKS, *KNOWN_TRAINING_SETS]),
 
 
 def arg(value) -> str:
@@ -99,7 +103,7 @@ def res(rule: str, key: str):
 def problem_table(name: str) -> str:
     """The normalized parquet of a problem set: a world table, a registry benchmark, or a
     registry training set."""
-    if name in WORLD_TABLES:
+    if name in (*WORLD_TABLES, STUDY_POOL):
         return f"results/data/world/{name}.parquet"
     if name in KNOWN_BENCHMARKS:
         return f"results/data/benchmarks/{name}.parquet"
@@ -118,7 +122,7 @@ def benchmark_data(wildcards):
 
 for _key, _name in (
     ("data.train", TRAIN_DATA),
-    ("studies.split", config["studies"]["split"]),
+    ("studies.split", STUDY_SET),
 ):
     try:
         problem_table(_name)
@@ -128,7 +132,7 @@ for _key, _name in (
 
 def task_of(name: str) -> str:
     """The task format (prompt, grading) of a problem set."""
-    return "synthetic" if name in WORLD_TABLES else registry_entry(name).task
+    return "synthetic" if name in (*WORLD_TABLES, STUDY_POOL) else registry_entry(name).task
 
 
 def uses_tiny_model() -> bool:
@@ -302,7 +306,7 @@ def study_artifacts() -> list[str]:
     """
     if not config["studies"]["enabled"]:
         return []
-    world = config["studies"]["split"] in WORLD_TABLES
+    world = STUDY_SET in (*WORLD_TABLES, STUDY_POOL)
     return [a for a in STUDY_ARTIFACTS if world or a != "error_localization"]
 
 

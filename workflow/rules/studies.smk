@@ -4,7 +4,7 @@
 STUDIES = config["studies"]
 MC = config["estimator"]["mc"]
 STUDY_SETTINGS = {
-    "task": task_of(STUDIES["split"]),
+    "task": task_of(STUDY_SET),
     "seed": config["seed"],
     "backend": config["evaluation"]["backend"],
     "dtype": config["model"]["dtype"],
@@ -22,6 +22,10 @@ STUDY_ESTIMATES = [
 STUDY_KEYS = {
     "study_traces": [
         "split",
+        "pool",
+        "accuracy_band",
+        "agreement_traces",
+        "segmentation",
         "max_traces",
         "temperature",
         "top_p",
@@ -35,16 +39,44 @@ STUDY_KEYS = {
 STUDY_ANALYSIS = {
     "seed": config["seed"],
     "bootstrap_resamples": STUDIES["bootstrap_resamples"],
+    "rredcot": config["estimator"]["rredcot"],  # names the reference estimator (the default)
 }
+
+
+rule study_pool:
+    input:
+        world=expand("results/data/world/{split}.parquet", split=WORLD_TABLES),
+    output:
+        pool=f"results/data/world/{STUDY_POOL}.parquet",
+    log:
+        "results/logs/studies/study_pool.log",
+    benchmark:
+        "results/benchmarks/studies/study_pool.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_pool", "cpus_per_task")
+    resources:
+        mem_mb=res("study_pool", "mem_mb"),
+        runtime=res("study_pool", "runtime"),
+    params:
+        settings=arg({"world": config["world"], "pool": STUDIES["pool"]}),
+    shell:
+        "python -m rredcot.steps.study_pool --world {input.world} --params {params.settings} "
+        "--out {output.pool} > {log} 2>&1"
 
 
 rule study_traces:
     input:
         model=BASE_MODEL,
-        problems=f"results/references/{STUDIES['split']}.parquet",  # any problem set
+        problems=f"results/references/{STUDY_SET}.parquet",  # any problem set
     output:
         traces=STUDY_TRACES,
         segmentations=STUDY_SEGMENTATIONS,
+        study_set=report(
+            "results/study_set.csv",
+            caption="../report/study_set.rst",
+            category="Estimator studies",
+        ),
     log:
         "results/logs/studies/study_traces.log",
     benchmark:
@@ -68,7 +100,8 @@ rule study_traces:
     shell:
         "python -m rredcot.steps.study_traces --policy {params.policy} "
         "--problems {input.problems} --params {params.settings} --threads {threads} "
-        "--out {output.traces} --segmentations {output.segmentations} > {log} 2>&1"
+        "--out {output.traces} --segmentations {output.segmentations} "
+        "--study-set {output.study_set} > {log} 2>&1"
 
 
 rule study_ground_truth:
@@ -192,6 +225,11 @@ rule study_agreement:
             caption="../report/estimator_agreement.rst",
             category="Estimator studies",
         ),
+        cost_match=report(
+            "results/estimator_cost_match.csv",
+            caption="../report/estimator_agreement.rst",
+            category="Estimator studies",
+        ),
     log:
         "results/logs/studies/study_agreement.log",
     benchmark:
@@ -208,7 +246,8 @@ rule study_agreement:
         "python -m rredcot.steps.study_agreement --traces {input.traces} "
         "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
         "--estimates {input.estimates} --params {params.settings} "
-        "--out {output.table} --figure {output.figure} > {log} 2>&1"
+        "--out {output.table} --figure {output.figure} --cost-match {output.cost_match} "
+        "> {log} 2>&1"
 
 
 rule study_correlation:

@@ -52,7 +52,7 @@ import math
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from numbers import Real
 from typing import Any
 
@@ -698,7 +698,7 @@ def draw_suffixes(num_suffixes: int, m: int, rng: random.Random) -> tuple[int, .
     return tuple(sorted(rng.sample(range(num_suffixes), m)))
 
 
-def rredcot_credit_batch(
+def _credit_batch(
     model: torch.nn.Module,
     tokenizer: Any,
     task: Any,
@@ -708,8 +708,15 @@ def rredcot_credit_batch(
     encoded: Any = None,
     encoded_rows: Sequence[int] | None = None,
     seed: int | str = 0,
-) -> list[RREDCoTResult]:
+    variants: Mapping[str, RREDCoTConfig] | None = None,
+) -> list[RREDCoTResult] | dict[str, list[RREDCoTResult]]:
     """RREDCoT credit of several traces (METHOD.md §3), all scored in the same packed passes.
+
+    variants: name -> config; when given, every column any of them reads (U* ⊕ A, both
+    answer-now forms) is scored in one pass under `config` (its suffix draw and pruning: pass
+    `prune_nats=None` for variants that read whole-path scores) and the result is name -> the
+    credits of that variant (forward_tokens: the shared pass's). The estimator study uses it to
+    score twelve variants for the price of one.
 
     Per trace: build the continuations (answer-now, C*_j, and U* ⊕ A for
     `ref_answer_after_path`; built once per reference and kind of state), score them at every
@@ -757,8 +764,9 @@ def rredcot_credit_batch(
         rows = list(encoded_rows)
         _check_encoded_rows(traces, encoded, rows)
 
-    with_prefix = config.value == "ref_answer_after_path"
-    conditional = config.answer_now == "conditional"
+    wanted = [config] if variants is None else list(variants.values())
+    with_prefix = any(c.value == "ref_answer_after_path" for c in wanted)
+    conditional = any(c.answer_now == "conditional" for c in wanted)
     built: dict[tuple[ReferencePath, str], Continuations] = {}
     draws: dict[tuple[tuple[int, ...], ReferencePath], tuple[int, ...]] = {}
     rng = random.Random(f"rredcot-suffixes/{seed}")
@@ -837,36 +845,106 @@ def rredcot_credit_batch(
     )
     for t, n in zip(asked_by, run, strict=True):
         tokens[t] += n
-    results = []
-    for t, trace in enumerate(traces):
-        per_state = torch.stack([tables[q][a] for q, a in where[t]])  # (K+1, 1 + m [+1] [+2])
-        m = len(columns[t])
-        answer_now = per_state[:, 0]  # joint
-        if conditional:  # log π(A ⊕ y* ⊕ close | s) − log π(A | s)
-            answer_now = (per_state[:, -1] - per_state[:, -2]).clamp(max=0.0)
-        scores = ReferenceScores(
-            answer_now=answer_now,
-            suffixes=per_state[:, 1 : 1 + m],
-            path_prefix=per_state[:, 1 + m] if with_prefix else None,
-            path_num_tokens=torch.tensor(path_tokens[t]),
-            suffix_weight=trace.reference.num_segments / m,
-        )
-        r_hat, v_hat, phi, h, sigma = credit_from_scores(scores, trace.reward, config)
-        results.append(
-            RREDCoTResult(
-                answer_logprob=scores.answer_now,
-                suffix_logprobs=scores.suffixes,
-                path_prefix_logprobs=scores.path_prefix,
-                r_hat=r_hat,
-                v_hat=v_hat,
-                phi=phi,
-                h=h,
-                sigma=sigma,
-                forward_tokens=tokens[t],
-                suffix_columns=columns[t],
+    per_trace = [torch.stack([tables[q][a] for q, a in where[t]]) for t in range(len(traces))]
+
+    def credits(cfg: RREDCoTConfig) -> list[RREDCoTResult]:
+        results = []
+        for t, trace in enumerate(traces):
+            per_state = per_trace[t]  # (K+1, 1 + m [+1] [+2]): joint, suffixes, prefix, A, body
+            m = len(columns[t])
+            answer_now = per_state[:, 0]  # joint
+            if cfg.answer_now == "conditional":  # log π(A ⊕ y* ⊕ close | s) − log π(A | s)
+                answer_now = (per_state[:, -1] - per_state[:, -2]).clamp(max=0.0)
+            scores = ReferenceScores(
+                answer_now=answer_now,
+                suffixes=per_state[:, 1 : 1 + m],
+                path_prefix=per_state[:, 1 + m] if with_prefix else None,
+                path_num_tokens=torch.tensor(path_tokens[t]),
+                suffix_weight=trace.reference.num_segments / m,
             )
-        )
-    return results
+            results.append(_result(scores, trace, cfg, columns[t], tokens[t]))
+        return results
+
+    if variants is not None:
+        return {name: credits(cfg) for name, cfg in variants.items()}
+    return credits(config)
+
+
+def _result(
+    scores: ReferenceScores,
+    trace: Trace,
+    config: RREDCoTConfig,
+    suffix_columns: tuple[int, ...],
+    forward_tokens: int,
+) -> RREDCoTResult:
+    r_hat, v_hat, phi, h, sigma = credit_from_scores(scores, trace.reward, config)
+    return RREDCoTResult(
+        answer_logprob=scores.answer_now,
+        suffix_logprobs=scores.suffixes,
+        path_prefix_logprobs=scores.path_prefix,
+        r_hat=r_hat,
+        v_hat=v_hat,
+        phi=phi,
+        h=h,
+        sigma=sigma,
+        forward_tokens=forward_tokens,
+        suffix_columns=suffix_columns,
+    )
+
+
+def rredcot_credit_batch(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    task: Any,
+    traces: Sequence[Trace],
+    config: RREDCoTConfig | None = None,
+    *,
+    encoded: Any = None,
+    encoded_rows: Sequence[int] | None = None,
+    seed: int | str = 0,
+) -> list[RREDCoTResult]:
+    """RREDCoT credit of several traces under one config (see `_credit_batch`)."""
+    out = _credit_batch(
+        model,
+        tokenizer,
+        task,
+        traces,
+        config,
+        encoded=encoded,
+        encoded_rows=encoded_rows,
+        seed=seed,
+    )
+    assert isinstance(out, list)
+    return out
+
+
+def rredcot_variants_batch(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    task: Any,
+    traces: Sequence[Trace],
+    variants: Mapping[str, RREDCoTConfig],
+    *,
+    seed: int | str = 0,
+) -> dict[str, list[RREDCoTResult]]:
+    """RREDCoT credit of several traces under several configs from one unpruned scoring pass
+    of every column any of them reads (see `_credit_batch`); each result's forward_tokens is
+    the shared pass's. The configs must agree on everything that sets the scored columns
+    (join, end_with_eos, suffixes)."""
+    if not variants:
+        return {}
+    first = next(iter(variants.values()))
+    for name, cfg in variants.items():
+        for key in ("join", "end_with_eos", "suffixes"):
+            if getattr(cfg, key) != getattr(first, key):
+                raise ValueError(
+                    f"variants: {name!r} has {key}={getattr(cfg, key)!r}, another "
+                    f"{getattr(first, key)!r}; one scoring pass cannot serve both"
+                )
+    base = replace(first, value="ref_suffix_sum", prune_nats=None)
+    out = _credit_batch(model, tokenizer, task, traces, base, seed=seed, variants=variants)
+    assert isinstance(out, dict)
+    return out
 
 
 def rredcot_credit(

@@ -365,6 +365,61 @@ def generate_split(
     return pl.DataFrame(rows, schema=schema)
 
 
+def world_config(params: Mapping[str, Any]) -> WorldConfig:
+    """The `WorldConfig` of a `world` config block (its generator keys; defaults otherwise)."""
+    return WorldConfig(
+        modulus=params.get("modulus", 10),
+        n_given=params.get("n_given", 3),
+        ops=tuple(params.get("ops", OPS)),
+        chain=params.get("chain", "any"),
+    )
+
+
+def make_study_pool(
+    spec: SplitSpec, seed: int, config: WorldConfig, exclude: frozenset[str]
+) -> pl.DataFrame:
+    """The estimator studies' problem pool: a split named `study_pool` drawn after the world,
+    disjoint from every world table in `exclude`. Drawn apart from `make_world` so that its
+    size never changes the training splits (train excludes only the world's own splits)."""
+    return generate_split(
+        spec.n, spec.depths, derive_seed(seed, "study_pool"), "study_pool", config, exclude
+    )
+
+
+def commuted_steps(program: str | Mapping[str, Any] | Program, response: str) -> tuple[str, ...]:
+    """Names of the program's steps that `response` writes with commuted operands (`c=b+a=…` for
+    `c=a+b`): the trace's own solution path, as `Program.solution_text(commuted=…)` names it."""
+    prog = Program.from_json(program)
+    defs = {s.name: s for s in prog.steps}
+    out = []
+    for line in response.split("\n"):
+        g = _STEP.fullmatch(line.rstrip(_TRAILING))
+        if g is None:
+            continue
+        name, left, op, right = g.group(1, 2, 3, 4)
+        step = defs.get(name)
+        if (
+            step is not None
+            and step.op in COMMUTATIVE
+            and step.left != step.right
+            and (left, op, right) == (step.right, step.op, step.left)
+            and name not in out
+        ):
+            out.append(name)
+    return tuple(out)
+
+
+def other_path_solution(program: str | Mapping[str, Any] | Program, response: str) -> str | None:
+    """A valid solution on a different path than the response's: every commutable step written
+    the other way round from how the response writes it (None when no step commutes)."""
+    prog = Program.from_json(program)
+    commutable = prog.commutable_steps()
+    if not commutable:
+        return None
+    own = set(commuted_steps(prog, response))
+    return prog.solution_text(commuted=[n for n in commutable if n not in own])
+
+
 def derive_seed(seed: int, split: str) -> int:
     """A stable per-split seed (sha256, not Python's salted hash), so splits are independent."""
     digest = hashlib.sha256(f"rredcot-synthetic:{seed}:{split}".encode()).digest()

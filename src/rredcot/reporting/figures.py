@@ -26,6 +26,7 @@ FAMILY_COLORS: dict[str, str] = {
     "attribution": "#55a868",
     "ground_truth": "#8172b2",
     "baseline": "#7f7f7f",
+    "null": "#000000",
 }
 FAMILY_LABELS: dict[str, str] = {
     "mc": "Monte Carlo (N rollouts/state)",
@@ -42,6 +43,7 @@ _NAMES: dict[str, str] = {
     "ground_truth": "MC ground truth",
     "ground_truth_split_half": "ground truth, split half",
     "random": "random segment",
+    "null_R_only": "null (knows only R)",
 }
 _RREDCOT_MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*"]
 
@@ -71,99 +73,114 @@ def _err(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
 
 
 def estimator_agreement_figure(
-    table: pl.DataFrame, path: str | Path, *, n_traces: int | None = None
+    table: pl.DataFrame, path: str | Path, *, reference: str | None = None
 ) -> Path:
-    """Mean per-trace Spearman with the ground truth (95% CI) against cost per trace.
+    """Spearman ρ with the MC ground truth (95% CI) against forward tokens per trace, one panel
+    per target (values, credits) × aggregation (per trace, pooled).
 
-    Two panels share the y axis: forward tokens per trace and seconds per trace (log scales).
-    MC is one line through N = 1, 2, 4, …; every other estimator is one marker; the ground
-    truth's split-half agreement (if present) is a dashed line: the noise ceiling.
+    MC is one line through N = 1, 2, 4, …; RREDCoT variants are filled markers (conditional
+    answer-now) or open ones (joint); attributions are green markers; the null row (a constant
+    potential: what R alone explains) is a dotted line, the ground truth's ceiling √reliability
+    (Spearman–Brown from its split halves) a dashed line with its CI shaded.
     """
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2), sharey=True)
-    costs = [
-        ("forward_tokens_per_trace", "forward tokens per trace (log scale)"),
-        ("seconds_per_trace", "wall time per trace, seconds (log scale)"),
-    ]
-    ceiling = table.filter(pl.col("family") == "ground_truth")
-    costed = table.filter(pl.col("family") != "ground_truth")
-    for ax, (cost, xlabel) in zip(axes, costs, strict=True):
-        mc = costed.filter(pl.col("family") == "mc").sort("n_rollouts")
-        if mc.height:
-            ax.errorbar(
-                mc[cost].to_numpy(),
-                mc["spearman_mean"].to_numpy(),
-                yerr=_err(mc, "spearman_mean", "ci95_low", "ci95_high"),
-                color=FAMILY_COLORS["mc"],
-                marker="o",
-                capsize=3,
-                label=FAMILY_LABELS["mc"],
+    targets = [t for t in ("values", "credits") if t in table["target"].to_list()]
+    aggregations = ("per_trace", "pooled")
+    fig, axes = plt.subplots(
+        max(len(targets), 1), 2, figsize=(14, 5 * max(len(targets), 1)), squeeze=False
+    )
+    for r, target in enumerate(targets):
+        for c, aggregation in enumerate(aggregations):
+            ax = axes[r][c]
+            part = table.filter(
+                (pl.col("target") == target) & (pl.col("aggregation") == aggregation)
             )
-            for x, y, n in zip(mc[cost], mc["spearman_mean"], mc["n_rollouts"], strict=True):
-                ax.annotate(
-                    f"N={n}",
-                    (x, y),
-                    textcoords="offset points",
-                    xytext=(4, -12),
-                    fontsize=8,
+            cost = "forward_tokens_per_trace"
+            mc = part.filter(pl.col("family") == "mc").sort("n_rollouts")
+            if mc.height:
+                ax.errorbar(
+                    mc[cost].to_numpy(),
+                    mc["rho"].to_numpy(),
+                    yerr=_err(mc, "rho", "ci95_low", "ci95_high"),
                     color=FAMILY_COLORS["mc"],
+                    marker="o",
+                    capsize=3,
+                    label=FAMILY_LABELS["mc"],
                 )
-        others = costed.filter(pl.col("family") != "mc")
-        for i, row in enumerate(others.iter_rows(named=True)):
-            color = FAMILY_COLORS.get(row["family"], "black")
-            marker = _RREDCOT_MARKERS[i % len(_RREDCOT_MARKERS)]
-            mean = row["spearman_mean"]
-            yerr = np.nan_to_num([[mean - row["ci95_low"]], [row["ci95_high"] - mean]])
-            ax.errorbar(
-                [row[cost]],
-                [mean],
-                yerr=yerr,
-                color=color,
-                marker=marker,
-                markersize=8,
-                capsize=3,
-                linestyle="none",
-                label=display_name(row["estimator"]),
-            )
-        for row in ceiling.iter_rows(named=True):
-            ax.axhline(
-                row["spearman_mean"],
-                color=FAMILY_COLORS["ground_truth"],
-                linestyle="--",
-                label=display_name(row["estimator"]) + " (noise ceiling)",
-            )
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        x = costed[cost].cast(pl.Float64).to_numpy()
-        y = costed["spearman_mean"].cast(pl.Float64).to_numpy()
-        if np.any((x > 0) & np.isfinite(y)):
-            ax.set_xscale("log")
-        else:  # nothing to place on a log axis: say so instead of failing
-            xlabel = xlabel.replace(" (log scale)", "")
-            ax.text(
-                0.5,
-                0.5,
-                "no trace with a defined Spearman ρ",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                color="gray",
-            )
-        ax.set_xlabel(xlabel)
-    axes[0].set_ylabel("Spearman ρ with MC ground truth\n(mean over traces, 95% CI)")
-    lows = table["ci95_low"].cast(pl.Float64).drop_nans().drop_nulls()
-    bottom = min(-0.25, float(lows.min()) - 0.05) if lows.len() else -1.05
-    axes[0].set_ylim(max(bottom, -1.05), 1.05)
-    handles, labels = axes[0].get_legend_handles_labels()
+                for x, y, n in zip(mc[cost], mc["rho"], mc["n_rollouts"], strict=True):
+                    ax.annotate(
+                        f"N={n}",
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(4, -12),
+                        fontsize=8,
+                        color=FAMILY_COLORS["mc"],
+                    )
+            markers = iter(_RREDCOT_MARKERS * 4)
+            shapes: dict[str, str] = {}
+            for row in part.filter(pl.col("family").is_in(["rredcot", "attribution"])).iter_rows(
+                named=True
+            ):
+                name = row["estimator"]
+                base = name.removesuffix("_joint")
+                shapes.setdefault(base, next(markers))
+                joint = name.endswith("_joint")
+                color = FAMILY_COLORS.get(row["family"], "black")
+                yerr = np.nan_to_num(
+                    [[row["rho"] - row["ci95_low"]], [row["ci95_high"] - row["rho"]]]
+                )
+                ax.errorbar(
+                    [row[cost]],
+                    [row["rho"]],
+                    yerr=yerr,
+                    color=color,
+                    marker=shapes[base],
+                    markerfacecolor="white" if joint else color,
+                    markersize=9 if name == reference else 7,
+                    markeredgewidth=2.0 if name == reference else 1.0,
+                    capsize=3,
+                    linestyle="none",
+                    label=display_name(name) + (" (reference)" if name == reference else ""),
+                )
+            for row in part.filter(pl.col("family") == "null").iter_rows(named=True):
+                ax.axhline(row["rho"], color="black", linestyle=":", label="null: knows only R")
+            if part.height and np.isfinite(part["ceiling"][0]):
+                ceil = part.row(0, named=True)
+                ax.axhline(
+                    ceil["ceiling"],
+                    color=FAMILY_COLORS["ground_truth"],
+                    linestyle="--",
+                    label="ceiling √reliability of the ground truth",
+                )
+                if np.isfinite(ceil["ceiling_ci95_low"]):
+                    ax.axhspan(
+                        ceil["ceiling_ci95_low"],
+                        min(ceil["ceiling_ci95_high"], 1.0),
+                        color=FAMILY_COLORS["ground_truth"],
+                        alpha=0.12,
+                    )
+            ax.axhline(0.0, color="black", linewidth=0.8)
+            x = part[cost].cast(pl.Float64).to_numpy()
+            if np.any(x > 0):
+                ax.set_xscale("log")
+            ax.set_xlabel("forward tokens per trace (log scale)")
+            what = "state values V(s_k)" if target == "values" else "segment credits σ_k"
+            how = "mean over traces" if aggregation == "per_trace" else "pooled over all states"
+            ax.set_ylabel(f"Spearman ρ with MC ground truth\n({how}, 95% CI)")
+            n = int(part["n_traces"][0]) if part.height else 0
+            ax.set_title(f"{what}, {how} ({n} traces)")
+            ax.set_ylim(-0.3, 1.05)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
     fig.legend(
-        handles,
-        labels,
+        list(seen.values()),
+        list(seen.keys()),
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         frameon=False,
-        title="estimator",
+        title="estimator (open marker: joint answer-now)",
     )
-    title = "Segment credit: agreement with the Monte Carlo ground truth vs cost"
-    fig.suptitle(title + (f" ({n_traces} traces)" if n_traces else ""))
+    fig.suptitle("Credit estimators vs the Monte Carlo ground truth, on one common set of traces")
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -213,8 +230,8 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
         dodge = 0.06 * (i - (len(strategies) - 1) / 2)  # keep the CIs apart
         left.errorbar(
             k + dodge,
-            rows["spearman_mean"].to_numpy(),
-            yerr=_err(rows, "spearman_mean", "ci95_low", "ci95_high"),
+            rows["credits_rho"].to_numpy(),
+            yerr=_err(rows, "credits_rho", "credits_ci95_low", "credits_ci95_high"),
             marker="o",
             capsize=3,
             color=palette[s],
@@ -244,12 +261,12 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     right.plot([], [], color="gray", marker="o", label=f"{display_name(estimator)} (solid)")
     right.plot([], [], color="gray", marker="x", linestyle=":", label="MC ground truth (dotted)")
     left.set_xlabel("requested segments K")
-    left.set_ylabel("Spearman ρ of RREDCoT vs ground truth\n(mean over traces, 95% CI)")
-    lows = table["ci95_low"].cast(pl.Float64).drop_nans().drop_nulls()
+    left.set_ylabel("Spearman ρ of RREDCoT credits vs ground truth\n(mean over traces, 95% CI)")
+    lows = table["credits_ci95_low"].cast(pl.Float64).drop_nans().drop_nulls()
     bottom = min(-0.25, float(lows.min()) - 0.05) if lows.len() else -1.05
     left.set_ylim(max(bottom, -1.05), 1.05)
     left.axhline(0.0, color="black", linewidth=0.8)
-    left.set_title("Agreement with MC ground truth")
+    left.set_title("Credit agreement with MC ground truth (all states; see n_mid_line_states)")
     left.legend(title="segmentation strategy", frameon=False)
     right.set_xlabel("requested segments K")
     right.set_ylabel("share of incorrect traces (0–1)")
@@ -312,41 +329,64 @@ def mc_truncation_figure(table: pl.DataFrame, path: str | Path) -> Path:
 
 
 def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
-    """Per estimator: share of incorrect traces whose lowest-credit segment holds the first
-    erroneous step (top-1) or is next to it (within one), with 95% CIs; random as reference."""
+    """Per trace set (one panel each) and estimator: share of incorrect traces whose
+    lowest-credit segment holds the first erroneous step (top-1) or is next to it (within
+    one), with 95% CIs; the random segment's top-1 as a dashed line."""
     sns.set_theme(style="whitegrid", context="notebook")
-    rows = table.sort("top1")
-    names = [display_name(n) for n in rows["estimator"]]
-    y = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(9, 0.42 * len(names) + 1.8))
-    ax.barh(
-        y + 0.2,
-        rows["within_one"].to_numpy(),
-        height=0.4,
-        color="#a1c9f4",
-        xerr=_err(rows, "within_one", "within_one_ci95_low", "within_one_ci95_high"),
-        capsize=2,
-        label="within one segment",
+    sets = (
+        table["trace_set"].unique(maintain_order=True).to_list()
+        if "trace_set" in table.columns
+        else ["all"]
     )
-    ax.barh(
-        y - 0.2,
-        rows["top1"].to_numpy(),
-        height=0.4,
-        color="#1f4e79",
-        xerr=_err(rows, "top1", "top1_ci95_low", "top1_ci95_high"),
-        capsize=2,
-        label="top-1 (exact segment)",
+    heights = [
+        max(
+            table.filter(pl.col("trace_set") == s).height
+            if "trace_set" in table.columns
+            else table.height,
+            1,
+        )
+        for s in sets
+    ]
+    fig, axes = plt.subplots(
+        len(sets),
+        1,
+        figsize=(9, 0.42 * sum(heights) + 2.2 * len(sets)),
+        gridspec_kw={"height_ratios": heights},
+        squeeze=False,
     )
-    rand = table.filter(pl.col("estimator") == "random")
-    if rand.height:
-        ax.axvline(rand["top1"][0], color="black", linestyle="--", label="random segment, top-1")
-    ax.set_yticks(y, names)
-    ax.set_xlim(0, 1.05)
-    n = int(table["n_traces"].max()) if table.height else 0
-    ax.set_xlabel(f"share of incorrect traces (0–1; n = {n})")
-    ax.set_ylabel("estimator")
-    ax.set_title("Error localization: lowest-credit segment vs first wrong step")
-    ax.legend(loc="lower right", frameon=True)
+    for ax, label in zip(axes[:, 0], sets, strict=True):
+        part = table.filter(pl.col("trace_set") == label) if "trace_set" in table.columns else table
+        rows = part.sort("top1")
+        names = [display_name(n) for n in rows["estimator"]]
+        y = np.arange(len(names))
+        ax.barh(
+            y + 0.2,
+            rows["within_one"].to_numpy(),
+            height=0.4,
+            color="#a1c9f4",
+            xerr=_err(rows, "within_one", "within_one_ci95_low", "within_one_ci95_high"),
+            capsize=2,
+            label="within one segment",
+        )
+        ax.barh(
+            y - 0.2,
+            rows["top1"].to_numpy(),
+            height=0.4,
+            color="#1f4e79",
+            xerr=_err(rows, "top1", "top1_ci95_low", "top1_ci95_high"),
+            capsize=2,
+            label="top-1 (exact segment)",
+        )
+        rand = part.filter(pl.col("estimator") == "random")
+        if rand.height:
+            ax.axvline(rand["top1"][0], color="black", linestyle="--", label="random, top-1")
+        ax.set_yticks(y, names)
+        ax.set_xlim(0, 1.05)
+        n = int(part["n_traces"].max()) if part.height else 0
+        ax.set_xlabel(f"share of incorrect traces (0–1; n = {n})")
+        ax.set_title(f"trace set: {label.replace('_', ' ')}")
+        ax.legend(loc="lower right", frameon=True, fontsize=8)
+    fig.suptitle("Error localization: lowest-credit segment vs first wrong step")
     fig.tight_layout()
     return save_figure(fig, path)
 

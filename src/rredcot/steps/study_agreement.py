@@ -1,64 +1,81 @@
-"""Rule `estimator_agreement`: per estimator, mean per-trace Spearman with the MC ground truth
-(bootstrap 95% CI) against cost; `results/estimator_agreement.csv` and its figure."""
+"""Rule `estimator_agreement`: every estimator against the MC ground truth on one common set of
+the agreement traces, for values and credits, per trace and pooled, with paired CIs against
+RREDCoT's default, the ground truth's Spearman–Brown ceiling and the null row; the MC N of
+equal agreement and its cost; `results/estimator_agreement.csv`, `results/estimator_cost_match.csv`
+and the figure."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
+from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.reporting.figures import estimator_agreement_figure
 from rredcot.steps.cli import log, require, setup
-from rredcot.steps.study_common import Timer, analysis_parser, read_analysis_inputs, write_table
-from rredcot.studies.agreement import agreement_table
+from rredcot.steps.study_common import (
+    Timer,
+    agreement_rows,
+    analysis_parser,
+    read_analysis_inputs,
+    write_table,
+)
+from rredcot.studies.agreement import agreement_table, cost_match, null_estimates
+from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
 
 
 def main() -> None:
-    args = analysis_parser(__doc__).parse_args()
+    p = analysis_parser(__doc__)
+    p.add_argument("--cost-match", required=True, type=Path)
+    args = p.parse_args()
     setup()
-    seed, resamples = require(args.params, "seed", "bootstrap_resamples")
+    seed, resamples, rredcot = require(args.params, "seed", "bootstrap_resamples", "rredcot")
+    config = RREDCoTConfig.from_dict(rredcot)
+    reference = rredcot_name(config.value, config.answer_now)
     with Timer("estimator_agreement"):
         inputs = read_analysis_inputs(args)
-        seg, rollouts = inputs.segmentation, inputs.rollouts
-        gt = ground_truth_sigmas(inputs.traces, seg, rollouts)
-        first, second = split_half(inputs.traces, seg, rollouts)
+        traces = inputs.traces
+        seg = agreement_rows(traces, inputs.segmentation)
+        rollouts = inputs.rollouts
+        gt = ground_truth_sigmas(traces, seg, rollouts)
+        halves = split_half(traces, seg, rollouts)
+        estimates = agreement_rows(traces, inputs.estimates).filter(
+            ~pl.col("estimator").str.ends_with("_other_path")
+        )
+        constant = float(traces["reward"].mean())
+        estimates = pl.concat(
+            [estimates, null_estimates(traces, seg, constant=constant)], how="vertical_relaxed"
+        )
+        table = agreement_table(
+            estimates, gt, halves, reference=reference, resamples=resamples, seed=seed
+        )
         n_gt = int(rollouts["rollout"].max()) + 1
-        # The split half compares two independent halves of the ground truth with each other.
-        table = agreement_table(inputs.estimates, gt, resamples=resamples, seed=seed)
-        half = agreement_table(
-            first.with_columns(
-                estimator=pl.lit("ground_truth_split_half"),
-                family=pl.lit("ground_truth"),
-                n_rollouts=pl.lit(n_gt // 2, dtype=pl.Int64),
-                forward_tokens=pl.lit(None, dtype=pl.Int64),
-                backward_tokens=pl.lit(None, dtype=pl.Int64),
-                seconds=pl.lit(None, dtype=pl.Float64),
-            ),
-            second,
-            resamples=resamples,
-            seed=seed,
+        table = table.with_columns(
+            compared_with=pl.lit(f"MC ground truth (N={n_gt}, split halves of {n_gt // 2})"),
+            segmentation=pl.lit(f"{seg['strategy'][0]} K={seg['requested_segments'][0] or 'own'}"),
         )
-        table = pl.concat([table, half], how="vertical_relaxed").with_columns(
-            compared_with=pl.when(pl.col("estimator") == "ground_truth_split_half")
-            .then(pl.lit(f"the other half of the ground-truth rollouts (N={n_gt // 2} each)"))
-            .otherwise(pl.lit(f"MC ground truth (N={n_gt})")),
-            segmentation=pl.lit(seg["strategy"][0] + f" K={seg['requested_segments'][0]}"),
-        )
+        matched = cost_match(table, reference)
         write_table(table, args.out)
-        estimator_agreement_figure(table, args.figure, n_traces=seg.height)
+        write_table(matched, args.cost_match)
+        estimator_agreement_figure(table, args.figure, reference=reference)
     log.info(
         "wrote %s:\n%s",
         args.out,
         table.select(
+            "target",
+            "aggregation",
             "estimator",
-            "spearman_mean",
+            "rho",
             "ci95_low",
             "ci95_high",
-            "n_defined",
-            "n_undefined",
-            "forward_tokens_per_trace",
-            "seconds_per_trace",
+            "diff_vs_reference",
+            "verdict",
+            "ceiling",
+            "n_traces",
         ),
     )
+    log.info("wrote %s:\n%s", args.cost_match, matched)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,15 @@ def read_study_inputs(traces: Path, segmentations: Path) -> tuple[pl.DataFrame, 
     return pl.read_parquet(traces), pl.read_parquet(segmentations)
 
 
+def agreement_rows(traces: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
+    """The rows of `table` (by trace_index) that belong to the agreement set, which the MC
+    ground truth and the MC-N estimators cover (all rows when `traces` has no flag)."""
+    if "agreement" not in traces.columns:
+        return table
+    chosen = traces.filter(pl.col("agreement"))["trace_index"]
+    return table.filter(pl.col("trace_index").is_in(chosen.implode()))
+
+
 def main_segmentation(segmentations: pl.DataFrame) -> pl.DataFrame:
     """The rows of the configured segmentation (label `main`)."""
     from rredcot.studies.segmentations import MAIN
@@ -87,11 +96,13 @@ def ground_truth_estimates(
         family=pl.lit("ground_truth"),
         n_rollouts=pl.lit(n, dtype=pl.Int64),
         sigma=pl.col("sigma"),
+        values=pl.col("values"),
         forward_tokens=pl.col("trace_index").replace_strict(
             tokens, default=0, return_dtype=pl.Int64
         ),
         backward_tokens=pl.lit(0, dtype=pl.Int64),
         seconds=pl.lit(None, dtype=pl.Float64),
+        cost_basis=pl.lit(f"{n} ground-truth rollouts per state"),
     )
 
 

@@ -1,12 +1,16 @@
-"""Rule `attribution_correlation`: mean per-trace Spearman between every pair of estimators
-(MC ground truth, MC-N, RREDCoT variants, attributions); CSV matrix and heatmap."""
+"""Rule `attribution_correlation`: mean per-trace Spearman (flat = 0) of the credits σ between
+every pair of estimators (MC ground truth, MC-N, RREDCoT variants, attributions) on the common
+set of the agreement traces; CSV matrix and heatmap."""
 
 from __future__ import annotations
+
+import polars as pl
 
 from rredcot.reporting.figures import correlation_heatmap
 from rredcot.steps.cli import log, setup
 from rredcot.steps.study_common import (
     Timer,
+    agreement_rows,
     analysis_parser,
     load_estimates_with_ground_truth,
     write_table,
@@ -18,7 +22,10 @@ def main() -> None:
     args = analysis_parser(__doc__).parse_args()
     setup()
     with Timer("attribution_correlation"):
-        _, _, estimates = load_estimates_with_ground_truth(args)
+        traces, _, estimates = load_estimates_with_ground_truth(args)
+        estimates = agreement_rows(traces, estimates).filter(
+            ~pl.col("estimator").str.ends_with("_other_path")
+        )
         matrix = correlation_matrix(estimates)
         write_table(matrix, args.out)
         correlation_heatmap(matrix, args.figure)

@@ -1,5 +1,5 @@
 """Rule `study_ground_truth`: MC rollouts (large N, generous budget) from every distinct state
-of every study segmentation, kept one row per rollout."""
+of every study segmentation of the agreement traces, kept one row per rollout."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ import polars as pl
 
 from rredcot.generation.base import derive_seed
 from rredcot.steps.cli import log
-from rredcot.steps.study_common import Timer, load_backend, policy_parser, start_policy_step
+from rredcot.steps.study_common import (
+    Timer,
+    agreement_rows,
+    load_backend,
+    policy_parser,
+    start_policy_step,
+)
 from rredcot.studies.rollouts import sample_rollouts
 from rredcot.studies.segmentations import distinct_states
 
@@ -18,7 +24,7 @@ def main() -> None:
     step = start_policy_step(policy_parser(__doc__), "backend", "studies", "mc")
     args, seed = step.args, step.seed
     _, studies, mc = step.settings  # backend: read by load_backend
-    states = distinct_states(step.segmentations)
+    states = distinct_states(agreement_rows(step.traces, step.segmentations))
     gt = studies["ground_truth"]
     log.info(
         "ground truth: %d distinct states of %d traces x %d rollouts, budget %d",

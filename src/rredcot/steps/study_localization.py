@@ -1,35 +1,103 @@
 """Rule `error_localization`: share of incorrect traces whose lowest-credit segment holds the
-first erroneous step (top-1, within one segment) per estimator, with random and MC ground truth
-as reference rows; CSV and bar chart."""
+first erroneous step (top-1, within one segment), per estimator, on three common sets, each
+with a paired comparison against RREDCoT's default and a random-segment row:
+
+- `all_incorrect`: every incorrect study trace; RREDCoT (every value variant × answer-now), the
+  attributions and the null row;
+- `agreement_incorrect`: the incorrect traces of the agreement set, the only ones the MC
+  ground truth and MC-N cover; RREDCoT's default, MC, the ground truth and the null row;
+- `other_path`: incorrect traces whose problem has another valid solution path; RREDCoT (every
+  value variant) with the reference on the trace's own path and on the other path.
+"""
 
 from __future__ import annotations
 
+import polars as pl
+
+from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.reporting.figures import error_localization_figure
 from rredcot.steps.cli import log, require, setup
 from rredcot.steps.study_common import (
     Timer,
+    agreement_rows,
     analysis_parser,
     load_estimates_with_ground_truth,
     write_table,
 )
+from rredcot.studies.agreement import null_estimates
+from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.localization import localization_table, true_segments
 
 
 def main() -> None:
     args = analysis_parser(__doc__).parse_args()
     setup()
-    seed, resamples = require(args.params, "seed", "bootstrap_resamples")
+    seed, resamples, rredcot = require(args.params, "seed", "bootstrap_resamples", "rredcot")
+    config = RREDCoTConfig.from_dict(rredcot)
+    reference = rredcot_name(config.value, config.answer_now)
     with Timer("error_localization"):
         traces, seg, estimates = load_estimates_with_ground_truth(args)
+        null = null_estimates(traces, seg, constant=float(traces["reward"].mean()))
+        estimates = pl.concat([estimates, null], how="vertical_relaxed")
         truth = true_segments(traces, seg)
         if truth.height == 0:
             log.warning("no incorrect trace with a known first error: the table has no rows")
-        table = localization_table(estimates, truth, resamples=resamples, seed=seed)
+        family = pl.col("family")
+        name = pl.col("estimator")
+        other = name.str.ends_with("_other_path")
+        sets = {
+            "all_incorrect": (
+                truth,
+                estimates.filter(family.is_in(["rredcot", "attribution", "null"]) & ~other),
+            ),
+            "agreement_incorrect": (
+                agreement_rows(traces, truth),
+                estimates.filter(
+                    family.is_in(["mc", "ground_truth", "null"]) | (name == reference)
+                ),
+            ),
+        }
+        with_other = traces.filter(pl.col("reference_other_path").is_not_null())
+        if "reference_other_path" in traces.columns and with_other.height:
+            chosen = with_other["trace_index"].implode()
+            sets["other_path"] = (
+                truth.filter(pl.col("trace_index").is_in(chosen)),
+                estimates.filter((family == "rredcot") & ~name.str.ends_with("_joint")),
+            )
+        tables = []
+        for i, (label, (rows, chosen_estimates)) in enumerate(sets.items()):
+            if rows.height == 0 or chosen_estimates.height == 0:
+                log.warning("trace set %s: nothing to score", label)
+                continue
+            tables.append(
+                localization_table(
+                    chosen_estimates,
+                    rows,
+                    reference=reference,
+                    resamples=resamples,
+                    seed=seed + i,
+                    trace_set=label,
+                )
+            )
+        table = pl.concat(tables, how="vertical_relaxed") if tables else pl.DataFrame()
         write_table(table, args.out)
         error_localization_figure(table, args.figure)
     counts = dict(truth.group_by("true_segment").len().sort("true_segment").rows())
     log.info("incorrect traces per true segment (0-based): %s", counts)
-    log.info("wrote %s:\n%s", args.out, table.select("estimator", "top1", "within_one", "n_traces"))
+    if table.height:
+        log.info(
+            "wrote %s:\n%s",
+            args.out,
+            table.select(
+                "trace_set",
+                "estimator",
+                "top1",
+                "top1_ci95_low",
+                "top1_ci95_high",
+                "verdict",
+                "n_traces",
+            ),
+        )
 
 
 if __name__ == "__main__":

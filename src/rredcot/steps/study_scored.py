@@ -1,12 +1,13 @@
-"""Rule `study_scored`: σ of every RREDCoT value variant and of the attribution baselines on the
-configured segmentation (teacher-forced scoring only; nothing is generated)."""
+"""Rule `study_scored`: σ and Φ of every RREDCoT value variant × answer-now (conditional, joint),
+of the default answer-now with a reference on another valid path, and σ of the attribution
+baselines, on the study's segmentation of every study trace (teacher-forced scoring only)."""
 
 from __future__ import annotations
 
 import polars as pl
 
 from rredcot.credit.attribution import ATTRIBUTIONS, AttributionConfig
-from rredcot.credit.rredcot import VALUE_VARIANTS, RREDCoTConfig
+from rredcot.credit.rredcot import ANSWER_NOW, VALUE_VARIANTS, RREDCoTConfig
 from rredcot.steps.cli import log
 from rredcot.steps.study_common import (
     Timer,
@@ -16,7 +17,12 @@ from rredcot.steps.study_common import (
     start_policy_step,
     write_estimates,
 )
-from rredcot.studies.estimators import attribution_estimates, rredcot_estimates
+from rredcot.studies.estimators import (
+    attribution_estimates,
+    rredcot_configs,
+    rredcot_estimates,
+    rredcot_name,
+)
 
 
 def main() -> None:
@@ -27,16 +33,39 @@ def main() -> None:
     with Timer("study_scored"):
         model, tokenizer = load_policy(args.policy, args.params.get("dtype", "float32"))
         base = RREDCoTConfig.from_dict(rredcot)
-        scored = rredcot_estimates(
-            model,
-            tokenizer,
-            task,
-            traces,
-            main_seg,
-            list(VALUE_VARIANTS),
-            base,
-            batch_traces=batch,
-        )
+        default = rredcot_name(base.value, base.answer_now)
+        own = rredcot_configs(base, list(VALUE_VARIANTS), ANSWER_NOW)
+        # the default alone (its own cost), then every other variant from one shared pass
+        parts = [
+            rredcot_estimates(
+                model, tokenizer, task, traces, main_seg, {default: base}, batch_traces=batch
+            ),
+            rredcot_estimates(
+                model,
+                tokenizer,
+                task,
+                traces,
+                main_seg,
+                {n: c for n, c in own.items() if n != default},
+                batch_traces=batch,
+                shared_pass=True,
+            ),
+        ]
+        if "reference_other_path" in traces.columns:  # localization with another valid path
+            other = rredcot_configs(base, list(VALUE_VARIANTS), [base.answer_now], path="other")
+            parts.append(
+                rredcot_estimates(
+                    model,
+                    tokenizer,
+                    task,
+                    traces,
+                    main_seg,
+                    other,
+                    batch_traces=batch,
+                    reference_column="reference_other_path",
+                    shared_pass=True,
+                )
+            )
         attr = attribution_estimates(
             model,
             tokenizer,
@@ -46,8 +75,8 @@ def main() -> None:
             list(ATTRIBUTIONS),
             AttributionConfig(**attribution),
         )
-    estimates = pl.concat([scored, attr])
-    skipped = main_seg.height - scored["trace_index"].n_unique()
+    estimates = pl.concat([*parts, attr])
+    skipped = main_seg.height - parts[0]["trace_index"].n_unique()
     if skipped:
         log.warning("%d traces have no reference solution: RREDCoT skipped them", skipped)
     write_estimates(estimates, args.out, "scored")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.credit.rredcot import RREDCoTConfig, state_kinds
 from rredcot.reporting.figures import segmentation_sweep_figure
 from rredcot.steps.cli import log
 from rredcot.steps.study_common import (
@@ -18,7 +18,7 @@ from rredcot.steps.study_common import (
     write_table,
 )
 from rredcot.studies.estimators import rredcot_estimates, rredcot_name
-from rredcot.studies.ground_truth import ground_truth_sigmas
+from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
 from rredcot.studies.segmentations import MAIN
 from rredcot.studies.sweep import sweep_table
 
@@ -34,30 +34,48 @@ def main() -> None:
         sweep = step.segmentations.filter(pl.col("segmentation") != MAIN)
         model, tokenizer = load_policy(args.policy, args.params.get("dtype", "float32"))
         config = RREDCoTConfig.from_dict(rredcot)
-        name = rredcot_name(config.value)
-        estimates = []
+        name = rredcot_name(config.value, config.answer_now)
+        estimates, mid_line = [], {}
+        by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
         for label in sweep["segmentation"].unique(maintain_order=True).to_list():
             cell = sweep.filter(pl.col("segmentation") == label)
             est = rredcot_estimates(
-                model, tokenizer, task, traces, cell, [config.value], config, batch_traces=batch
+                model, tokenizer, task, traces, cell, {name: config}, batch_traces=batch
             )
             estimates.append(est.with_columns(segmentation=pl.lit(label)))
-        gt = ground_truth_sigmas(traces, sweep, pl.read_parquet(args.ground_truth))
+            kinds = [
+                state_kinds(
+                    tokenizer,
+                    by_index[t]["prompt_ids"],
+                    by_index[t]["response_ids"],
+                    bounds[1:-1],  # interior states: s_0 is the prompt, s_K the whole response
+                )
+                for t, bounds in cell.select("trace_index", "boundaries").iter_rows()
+            ]
+            flat = [k for ks in kinds for k in ks]
+            mid_line[label] = (len(flat), flat.count("mid_line"))
+        rollouts = pl.read_parquet(args.ground_truth)
+        gt = ground_truth_sigmas(traces, sweep, rollouts)
+        halves = split_half(traces, sweep, rollouts)
         table = sweep_table(
             traces,
             sweep,
             pl.concat(estimates),
             gt,
+            halves,
             estimator=name,
             resamples=resamples,
             seed=seed,
+            mid_line=mid_line,
         )
         write_table(table, args.out)
         segmentation_sweep_figure(table, args.figure, estimator=name)
     log.info(
         "wrote %s:\n%s",
         args.out,
-        table.select("segmentation", "spearman_mean", "n_defined", f"top1_{name}"),
+        table.select(
+            "segmentation", "credits_rho", "values_rho", "n_mid_line_states", f"top1_{name}"
+        ),
     )
 
 

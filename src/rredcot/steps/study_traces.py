@@ -1,5 +1,7 @@
-"""Rule `study_traces`: one sampled trace per study problem, its token statistics and every
-segmentation the studies use (the configured one and the sweep's strategy × K)."""
+"""Rule `study_traces`: one sampled trace per study problem; the study set (depths where the
+base's accuracy is in the band; the agreement subset); token statistics; other-path references;
+every segmentation the studies use (the study's own, a state at every line by default, and the
+sweep's strategy × K)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,12 @@ from rredcot.segmentation import SegmentationConfig
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.steps.study_common import Timer, load_backend, load_policy
 from rredcot.studies.segmentations import MAIN, segmentation_table, sweep_configs
-from rredcot.studies.traces import sample_traces, token_statistics
+from rredcot.studies.traces import (
+    sample_traces,
+    select_study_set,
+    token_statistics,
+    with_other_path_references,
+)
 from rredcot.tasks import get_task
 
 
@@ -22,6 +29,7 @@ def main() -> None:
     p.add_argument("--problems", required=True, type=Path, help="split with references")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--segmentations", required=True, type=Path)
+    p.add_argument("--study-set", required=True, type=Path, help="CSV: accuracy per depth")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     setup(args.threads)
@@ -47,11 +55,24 @@ def main() -> None:
             max_new_tokens=studies["max_new_tokens"],
             seed=seed,
         )
+        if "depth" in problems.columns:
+            traces = traces.with_columns(depth=problems["depth"].gather(traces["trace_index"]))
+        pooled = traces.height
+        traces, study_set = select_study_set(
+            traces, studies["accuracy_band"], studies["agreement_traces"]
+        )
+        programs = (
+            problems["program"].gather(traces["trace_index"]).to_list()
+            if "program" in problems.columns
+            else [None] * traces.height
+        )
+        traces = with_other_path_references(traces, programs)
         traces = token_statistics(model, traces)
-        base = SegmentationConfig.from_dict(seg)
+        base = SegmentationConfig.from_dict({**seg, **(studies["segmentation"] or {})})
         sweep = studies["sweep"]
         grid = sweep_configs(base, sweep["strategies"], sweep["num_segments"])
-        sweep_traces = traces["trace_index"].to_list()[: sweep["max_traces"] or None]
+        agreement = traces.filter(pl.col("agreement"))["trace_index"].to_list()
+        sweep_traces = agreement[: sweep["max_traces"] or None]
         segmentations = segmentation_table(
             traces,
             tokenizer,
@@ -61,6 +82,24 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     traces.write_parquet(args.out)
     segmentations.write_parquet(args.segmentations)
+    args.study_set.parent.mkdir(parents=True, exist_ok=True)
+    study_set.write_csv(args.study_set)
+    log.info(
+        "study set: %d of %d sampled traces kept (accuracy band %s), %d in the agreement set; "
+        "base accuracy per depth:\n%s",
+        traces.height,
+        pooled,
+        studies["accuracy_band"],
+        len(agreement),
+        study_set,
+    )
+    if "own_path_canonical" in traces.columns and traces["own_path_canonical"].null_count() == 0:
+        log.info(
+            "%d traces write every step as the world's solution does (its path is theirs); "
+            "%d have a different valid path for the localization study",
+            int(traces["own_path_canonical"].sum()),
+            traces["reference_other_path"].drop_nulls().len(),
+        )
     incorrect = traces.filter(pl.col("reward") == 0)
     log.info(
         "%d traces: mean reward %.3f, %d incorrect, %d empty, %d hit max_new_tokens, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rredcot.data.schema import write_parquet
-from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world
+from rredcot.data.synthetic import SplitSpec, make_world, world_config
 from rredcot.steps.cli import log, parser, require, setup
 
 
@@ -15,12 +15,7 @@ def main() -> None:
     args = p.parse_args()
     setup()
     seed, train, splits = require(args.params, "seed", "train", "splits")
-    config = WorldConfig(
-        modulus=args.params.get("modulus", 10),
-        n_given=args.params.get("n_given", 3),
-        ops=tuple(args.params.get("ops", ("+", "-", "*"))),
-        chain=args.params.get("chain", "any"),
-    )
+    config = world_config(args.params)
     world = make_world(
         train=SplitSpec(**train),
         benchmarks={name: SplitSpec(**spec) for name, spec in splits.items()},

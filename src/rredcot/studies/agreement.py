@@ -1,213 +1,411 @@
-"""Agreement of each estimator with the ground truth, and the estimators' correlation matrix.
+"""Agreement of each estimator with the MC ground truth, on one common set, with paired CIs.
 
-Per trace, Spearman ρ(σ_est, σ_gt) over its K segments; per estimator, the mean over the traces
-where ρ is defined with a percentile bootstrap 95% CI over traces (METHOD.md §5). Undefined
-traces are counted by reason, never scored:
+METHOD.md §5 asks for statistics that mean what they say; this module implements them:
 
-- `single_segment`: K < 2 (nothing to rank);
-- `missing`: σ holds NaN (an MC state whose rollouts were all dropped);
-- `flat_ground_truth`: σ_gt is constant (e.g. every state of a sure-thing trace has V_gt = 1);
-- `flat_estimate`: σ_est is constant (e.g. MC with N = 1 often is).
-
-Leaving flat estimates out selects the traces where a coarse estimator (MC with small N) happens
-to vary, so `spearman_mean_flat_as_zero` also reports the mean with a flat estimate scored as
-ρ = 0 (no ordering information); flat ground truth and NaN stay excluded there too.
-
-`pooled_spearman` is one ρ over all (trace, segment) pairs of the traces where the estimator has
-no NaN: defined even when most traces are flat, but it mixes between-trace scale into the ranking.
+- **Two targets.** `values`: the estimator's state values (Φ_k for RREDCoT, V̂(s_k) for MC, a
+  constant for the null row) against V_gt(s_k), k = 0 … K−1; `credits`: its σ_k against
+  σ_gt,k, k = 1 … K. Attributions have credits only (their `values` are null: not applicable).
+- **Two aggregations.** `per_trace`: the mean over traces of Spearman ρ within a trace;
+  `pooled`: one ρ over all (trace, state) pairs (between-trace differences count too).
+- **One common set.** Per target, the traces every estimator is scored on: those with at least
+  2 entries, a finite ground truth that is not constant (a flat V_gt or σ_gt orders nothing, for
+  any estimator), and a finite estimate from every estimator. A flat *estimate* is scored as it
+  is, ρ = 0 (`spearman_flat0`), never dropped for that estimator alone. What was left out, and
+  why, is counted in the `excluded_*` columns.
+- **Paired CIs.** One bootstrap draw of traces (`bootstrap_indices`) serves every estimator, so
+  each estimator's difference from the reference (RREDCoT's default) is a paired difference,
+  with a percentile CI and a verdict (a CI that spans 0 is "no difference").
+- **The ground truth's own noise.** The split-half agreement of the two halves of the
+  ground-truth rollouts (N/2 each) on the same common set and resamples, stepped up with
+  Spearman–Brown to the full N, is the reliability of the ground truth; √reliability is the
+  ceiling no estimator can beat in expectation, and ρ/√reliability the disattenuated agreement.
+  The step-up treats the mean per-trace ρ like a correlation; said in the README.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from rredcot.studies.metrics import bootstrap_mean_ci, spearman
-
-UNDEFINED_REASONS: tuple[str, ...] = (
-    "single_segment",
-    "missing",
-    "flat_ground_truth",
-    "flat_estimate",
+from rredcot.studies.metrics import (
+    average_ranks,
+    bootstrap_indices,
+    ceiling,
+    disattenuate,
+    percentile_ci,
+    spearman_brown,
+    spearman_flat0,
+    verdict,
 )
 
+TARGETS: tuple[str, ...] = ("values", "credits")
+AGGREGATIONS: tuple[str, ...] = ("per_trace", "pooled")
+EXCLUSIONS: tuple[str, ...] = (
+    "single_entry",
+    "missing_ground_truth",
+    "flat_ground_truth",
+    "missing_estimate",
+)
+NULL = "null_R_only"  # estimator name of the null row
+SPLIT_HALF = "ground_truth_split_half"
 
-def undefined_reason(sigma: Sequence[float], sigma_gt: Sequence[float]) -> str | None:
-    """Why ρ(σ, σ_gt) of one trace is undefined (`UNDEFINED_REASONS`), or None when it is not."""
-    s, g = np.asarray(sigma, dtype=np.float64), np.asarray(sigma_gt, dtype=np.float64)
-    if s.shape != g.shape:
-        raise ValueError(f"sigma/sigma_gt: K differs ({s.shape} vs {g.shape})")
-    if s.size < 2:
-        return "single_segment"
-    if np.isnan(s).any() or np.isnan(g).any():
-        return "missing"
-    if np.all(g == g[0]):
-        return "flat_ground_truth"
-    if np.all(s == s[0]):
-        return "flat_estimate"
-    return None
+Vectors = dict[int, np.ndarray]  # trace_index -> one trace's vector of a target
 
 
-def per_trace_spearman(estimates: pl.DataFrame, ground_truth: pl.DataFrame) -> pl.DataFrame:
-    """trace_index, estimator, spearman (NaN when undefined), reason (null when defined).
-
-    estimates: trace_index, estimator, sigma; ground_truth: trace_index, sigma (same segmentation).
-    """
-    gt = dict(ground_truth.select("trace_index", "sigma").iter_rows())
-    rows = []
-    for t, name, sigma in estimates.select("trace_index", "estimator", "sigma").iter_rows():
-        if t not in gt:
-            raise ValueError(f"ground_truth: no σ_gt for trace {t}")
-        reason = undefined_reason(sigma, gt[t])
-        rho = spearman(sigma, gt[t]) if reason is None else float("nan")
-        rows.append({"trace_index": t, "estimator": name, "spearman": rho, "reason": reason})
-    schema = {
-        "trace_index": pl.Int64,
-        "estimator": pl.String,
-        "spearman": pl.Float64,
-        "reason": pl.String,
-    }
-    return pl.DataFrame(rows, schema=schema)
+def vectors(table: pl.DataFrame, column: str) -> dict[str, Vectors]:
+    """estimator -> trace_index -> array of `column` (sigma or values); null lists skipped."""
+    out: dict[str, Vectors] = {}
+    for name, t, v in table.select("estimator", "trace_index", column).iter_rows():
+        if v is not None:
+            out.setdefault(name, {})[t] = np.asarray(v, dtype=np.float64)
+    return out
 
 
-def pooled_spearman(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
-    """One ρ over the concatenated (σ, σ_gt) of every trace without NaN."""
-    xs, ys = [], []
-    for s, g in pairs:
-        s, g = np.asarray(s, dtype=np.float64), np.asarray(g, dtype=np.float64)
-        if np.isnan(s).any() or np.isnan(g).any():
-            continue
-        xs.append(s)
-        ys.append(g)
+@dataclass(frozen=True)
+class CommonSet:
+    """The traces every estimator of one target is scored on, and what was left out why."""
+
+    traces: list[int]
+    excluded: dict[str, int]
+
+
+def common_set(truth: Vectors, estimates: Mapping[str, Vectors]) -> CommonSet:
+    """Traces (ascending) with ≥ 2 entries, a finite and non-constant ground truth, and a finite
+    estimate of the same length from every estimator (see the module docstring)."""
+    excluded = dict.fromkeys(EXCLUSIONS, 0)
+    kept = []
+    for t in sorted(truth):
+        g = truth[t]
+        if g.size < 2:
+            excluded["single_entry"] += 1
+        elif not np.isfinite(g).all():
+            excluded["missing_ground_truth"] += 1
+        elif np.all(g == g[0]):
+            excluded["flat_ground_truth"] += 1
+        elif any(
+            t not in est or est[t].shape != g.shape or not np.isfinite(est[t]).all()
+            for est in estimates.values()
+        ):
+            excluded["missing_estimate"] += 1
+        else:
+            kept.append(t)
+    return CommonSet(kept, excluded)
+
+
+def pooled_rho(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> float:
+    """Spearman ρ (flat = 0) of the concatenated vectors of several traces."""
     if not xs:
         return float("nan")
-    return spearman(np.concatenate(xs), np.concatenate(ys))
+    return spearman_flat0(np.concatenate(xs), np.concatenate(ys))
 
 
-def _flat_as_zero_mean(rho: pl.DataFrame) -> float:
-    """Mean ρ over the defined traces plus the flat-estimate ones scored 0."""
-    values = rho.filter(pl.col("reason").is_null() | (pl.col("reason") == "flat_estimate"))
-    if values.height == 0:
+class _Pooled:
+    """Pooled ρ over resampled traces: the states of each resample's traces are gathered by one
+    index array per resample, built once and shared by every estimator."""
+
+    def __init__(self, traces: list[int], truth: Vectors, indices: np.ndarray) -> None:
+        lengths = np.array([truth[t].size for t in traces])
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        self.rows = [
+            np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in draw])
+            for draw in indices
+        ]
+        self.traces = traces
+
+    def flat(self, vecs: Vectors) -> np.ndarray:
+        return np.concatenate([vecs[t] for t in self.traces])
+
+    def samples(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.array([_rho_ranked(x[r], y[r]) for r in self.rows])
+
+
+def _rho_ranked(x: np.ndarray, y: np.ndarray) -> float:
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / denom) if denom > 0 else 0.0
+
+
+def null_estimates(
+    traces: pl.DataFrame, segmentation: pl.DataFrame, *, constant: float
+) -> pl.DataFrame:
+    """The null row: an estimator that knows only R. Its potential is the same constant c at
+    every state (c = the mean reward of the study traces), so its values order nothing and its
+    credits are σ = (0, …, 0, R − c) (terminal correction: the whole return lands at the end).
+    """
+    reward = dict(traces.select("trace_index", "reward").iter_rows())
+    rows = []
+    for t, k in segmentation.select("trace_index", "num_segments").iter_rows():
+        sigma = [0.0] * (k - 1) + [reward[t] - constant]
+        rows.append(
+            {
+                "trace_index": t,
+                "estimator": NULL,
+                "family": "null",
+                "n_rollouts": None,
+                "sigma": sigma,
+                "values": [constant] * k,
+                "forward_tokens": 0,
+                "backward_tokens": 0,
+                "seconds": 0.0,
+                "cost_basis": "nothing run",
+            }
+        )
+    from rredcot.studies.estimators import ESTIMATE_SCHEMA
+
+    return pl.DataFrame(rows, schema=ESTIMATE_SCHEMA)
+
+
+def _basis(estimates: pl.DataFrame, name: str) -> str | None:
+    if "cost_basis" not in estimates.columns:
+        return None
+    return estimates.filter(pl.col("estimator") == name)["cost_basis"][0]
+
+
+def _cost(estimates: pl.DataFrame, name: str, traces: list[int], column: str) -> float:
+    mine = estimates.filter((pl.col("estimator") == name) & pl.col("trace_index").is_in(traces))
+    if mine.height == 0 or mine[column].null_count() == mine.height:
         return float("nan")
-    return float(values["spearman"].fill_nan(0.0).mean())
+    return float(mine[column].cast(pl.Float64).mean())
 
 
 def agreement_table(
-    estimates: pl.DataFrame, ground_truth: pl.DataFrame, *, resamples: int, seed: int
+    estimates: pl.DataFrame,
+    truth: pl.DataFrame,
+    halves: tuple[pl.DataFrame, pl.DataFrame],
+    *,
+    reference: str,
+    resamples: int,
+    seed: int,
 ) -> pl.DataFrame:
-    """One row per estimator: agreement with σ_gt, its CI, undefined counts and costs per trace.
+    """One row per (target, aggregation, estimator), every estimator on the target's common set.
 
-    estimates: the long table of `rredcot.studies.estimators` (trace_index, estimator, family,
-    n_rollouts, sigma, forward_tokens, backward_tokens, seconds); ground_truth: trace_index,
-    sigma on the same segmentation. Columns: estimator, family, n_rollouts, spearman_mean,
-    ci95_low, ci95_high, n_traces, n_defined, n_undefined, undefined_<reason> for each reason,
-    spearman_mean_flat_as_zero, pooled_spearman, forward_tokens_per_trace,
-    backward_tokens_per_trace, seconds_per_trace.
+    estimates: the long table of `rredcot.studies.estimators` (sigma, values, costs per trace);
+    truth: trace_index, sigma, values of the ground truth (full N); halves: the same from the
+    first and the second half of its rollouts. reference: the estimator the paired differences
+    are taken against. Columns: target, aggregation, estimator, family, n_rollouts, rho,
+    ci95_low, ci95_high, diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
+    disattenuated, reliability, ceiling, ceiling_ci95_low, ceiling_ci95_high,
+    split_half_rho, n_traces, n_states, n_flat_estimate, excluded_<reason>,
+    forward_tokens_per_trace, backward_tokens_per_trace, seconds_per_trace.
     """
-    rho = per_trace_spearman(estimates, ground_truth)
-    gt = dict(ground_truth.select("trace_index", "sigma").iter_rows())
+    names = estimates["estimator"].unique(maintain_order=True).to_list()
+    if reference not in names:
+        raise ValueError(f"reference: {reference!r} is not an estimator; have {names}")
     out = []
-    for i, name in enumerate(estimates["estimator"].unique(maintain_order=True).to_list()):
-        mine = estimates.filter(pl.col("estimator") == name)
-        r = rho.filter(pl.col("estimator") == name)
-        mean, low, high = bootstrap_mean_ci(r["spearman"].to_numpy(), resamples, seed + i)
-        reasons = r["reason"].drop_nulls().to_list()
-        out.append(
+    for target_index, target in enumerate(TARGETS):
+        column = "sigma" if target == "credits" else "values"
+        est = vectors(estimates, column)
+        gt = vectors(truth.with_columns(estimator=pl.lit("gt")), column).get("gt", {})
+        first = vectors(halves[0].with_columns(estimator=pl.lit("a")), column).get("a", {})
+        second = vectors(halves[1].with_columns(estimator=pl.lit("b")), column).get("b", {})
+        scored = {n: est[n] for n in names if n in est}
+        common = common_set(gt, scored)
+        traces = common.traces
+        if not traces:
+            continue
+        idx = bootstrap_indices(len(traces), resamples, seed + target_index)
+        pooled = _Pooled(traces, gt, idx)
+
+        per_trace = {
+            n: np.array([spearman_flat0(scored[n][t], gt[t]) for t in traces]) for n in scored
+        }
+        half = np.array(
+            [spearman_flat0(_or_nan(first, t, gt[t]), _or_nan(second, t, gt[t])) for t in traces]
+        )
+        half = np.nan_to_num(half, nan=0.0)  # a half with no finished rollout orders nothing
+        a_flat = np.concatenate([_or_nan(first, t, gt[t]) for t in traces])
+        b_flat = np.concatenate([_or_nan(second, t, gt[t]) for t in traces])
+        finite = np.isfinite(a_flat) & np.isfinite(b_flat)
+        a_flat, b_flat = np.where(finite, a_flat, 0.0), np.where(finite, b_flat, 0.0)
+        gt_flat = pooled.flat(gt)
+        stats = {
+            "per_trace": {
+                "point": {n: float(v.mean()) for n, v in per_trace.items()},
+                "samples": {n: v[idx].mean(axis=1) for n, v in per_trace.items()},
+                "half": (float(half.mean()), half[idx].mean(axis=1)),
+            },
+            "pooled": {
+                "point": {n: _rho_ranked(pooled.flat(scored[n]), gt_flat) for n in scored},
+                "samples": {n: pooled.samples(pooled.flat(scored[n]), gt_flat) for n in scored},
+                "half": (_rho_ranked(a_flat, b_flat), pooled.samples(a_flat, b_flat)),
+            },
+        }
+        for aggregation in AGGREGATIONS:
+            st = stats[aggregation]
+            half_point, half_samples = st["half"]
+            reliability = spearman_brown(half_point)
+            ceil_samples = np.array([ceiling(spearman_brown(h)) for h in half_samples])
+            ceil_low, ceil_high = percentile_ci(ceil_samples)
+            ref_samples = st["samples"][reference]
+            for name in scored:
+                family, n_rollouts = (
+                    estimates.filter(pl.col("estimator") == name)
+                    .select("family", "n_rollouts")
+                    .row(0)
+                )
+                low, high = percentile_ci(st["samples"][name])
+                diff = st["point"][name] - st["point"][reference]
+                d_low, d_high = percentile_ci(st["samples"][name] - ref_samples)
+                flat = sum(1 for t in traces if np.all(scored[name][t] == scored[name][t][0]))
+                out.append(
+                    {
+                        "target": target,
+                        "aggregation": aggregation,
+                        "estimator": name,
+                        "family": family,
+                        "n_rollouts": n_rollouts,
+                        "rho": st["point"][name],
+                        "ci95_low": low,
+                        "ci95_high": high,
+                        "diff_vs_reference": diff,
+                        "diff_ci95_low": d_low,
+                        "diff_ci95_high": d_high,
+                        "verdict": "reference" if name == reference else verdict(d_low, d_high),
+                        "disattenuated": disattenuate(st["point"][name], reliability),
+                        "reliability": reliability,
+                        "ceiling": ceiling(reliability),
+                        "ceiling_ci95_low": ceil_low,
+                        "ceiling_ci95_high": ceil_high,
+                        "split_half_rho": half_point,
+                        "n_traces": len(traces),
+                        "n_states": int(gt_flat.size),
+                        "n_flat_estimate": flat,
+                        **{f"excluded_{k}": v for k, v in common.excluded.items()},
+                        "forward_tokens_per_trace": _cost(
+                            estimates, name, traces, "forward_tokens"
+                        ),
+                        "backward_tokens_per_trace": _cost(
+                            estimates, name, traces, "backward_tokens"
+                        ),
+                        "seconds_per_trace": _cost(estimates, name, traces, "seconds"),
+                        "cost_basis": _basis(estimates, name),
+                    }
+                )
+    return pl.DataFrame(out, infer_schema_length=None)
+
+
+def _at(n: float, log2_n: np.ndarray, values: pl.Series) -> float:
+    """`values` (measured at 2**log2_n) at N = n, linear in log2 N; NaN when n is NaN."""
+    if not np.isfinite(n):
+        return float("nan")
+    return float(np.interp(np.log2(n), log2_n, values.cast(pl.Float64).to_numpy()))
+
+
+def _or_nan(vecs: Vectors, t: int, like: np.ndarray) -> np.ndarray:
+    """vecs[t], or NaNs shaped like `like` when trace t has no vector there."""
+    v = vecs.get(t)
+    return v if v is not None else np.full(like.shape, np.nan)
+
+
+def cost_match(table: pl.DataFrame, reference: str) -> pl.DataFrame:
+    """Per (target, aggregation): the MC N whose agreement equals the reference's, and what MC
+    costs there relative to the reference.
+
+    n_equal: where the MC curve (mean ρ against log2 N) crosses the reference's ρ, linear
+    between the measured N (NaN when no measured N reaches it; `>max` says so in `note`);
+    mc_better_from_n / mc_worse_up_to_n: the smallest N whose paired CI says MC is better than
+    the reference, and the largest N whose CI says it is worse (NaN when none);
+    token_ratio / seconds_ratio: MC's forward tokens / seconds per trace at n_equal (linear in
+    log2 N between the measured N) over the reference's.
+    """
+    rows = []
+    for (target, aggregation), part in table.group_by(
+        ["target", "aggregation"], maintain_order=True
+    ):
+        ref = part.filter(pl.col("estimator") == reference)
+        mc = part.filter(pl.col("family") == "mc").sort("n_rollouts")
+        if ref.height == 0 or mc.height == 0:
+            continue
+        r = ref.row(0, named=True)
+        n = mc["n_rollouts"].to_numpy().astype(float)
+        rho = mc["rho"].to_numpy()
+        x = np.log2(n)
+        n_equal, note = float("nan"), ""
+        if rho[0] >= r["rho"]:
+            n_equal, note = float(n[0]), f"MC with N={int(n[0])} already matches"
+        else:
+            for i in range(len(n) - 1):
+                if rho[i] < r["rho"] <= rho[i + 1]:
+                    frac = (r["rho"] - rho[i]) / (rho[i + 1] - rho[i])
+                    n_equal = float(2 ** (x[i] + frac * (x[i + 1] - x[i])))
+                    break
+            else:
+                note = f"no measured N (max {int(n[-1])}) reaches the reference"
+        better = mc.filter(pl.col("verdict") == "better")["n_rollouts"]
+        worse = mc.filter(pl.col("verdict") == "worse")["n_rollouts"]
+
+        rows.append(
             {
-                "estimator": name,
-                "family": mine["family"][0],
-                "n_rollouts": mine["n_rollouts"][0],
-                "spearman_mean": mean,
-                "ci95_low": low,
-                "ci95_high": high,
-                "n_traces": r.height,
-                "n_defined": r.height - len(reasons),
-                "n_undefined": len(reasons),
-                **{f"undefined_{k}": reasons.count(k) for k in UNDEFINED_REASONS},
-                "spearman_mean_flat_as_zero": _flat_as_zero_mean(r),
-                "pooled_spearman": pooled_spearman(
-                    [(s, gt[t]) for t, s in mine.select("trace_index", "sigma").iter_rows()]
-                ),
-                "forward_tokens_per_trace": mine["forward_tokens"].cast(pl.Float64).mean(),
-                "backward_tokens_per_trace": mine["backward_tokens"].cast(pl.Float64).mean(),
-                "seconds_per_trace": mine["seconds"].cast(pl.Float64).mean(),
+                "target": target,
+                "aggregation": aggregation,
+                "reference": reference,
+                "reference_rho": r["rho"],
+                "n_equal": n_equal,
+                "mc_better_from_n": float(better.min()) if better.len() else float("nan"),
+                "mc_worse_up_to_n": float(worse.max()) if worse.len() else float("nan"),
+                "token_ratio": _at(n_equal, x, mc["forward_tokens_per_trace"])
+                / r["forward_tokens_per_trace"],
+                "seconds_ratio": _at(n_equal, x, mc["seconds_per_trace"]) / r["seconds_per_trace"],
+                "note": note,
             }
         )
-    schema = {
-        "estimator": pl.String,
-        "family": pl.String,
-        "n_rollouts": pl.Int64,
-        "spearman_mean": pl.Float64,
-        "ci95_low": pl.Float64,
-        "ci95_high": pl.Float64,
-        "n_traces": pl.Int64,
-        "n_defined": pl.Int64,
-        "n_undefined": pl.Int64,
-        **{f"undefined_{k}": pl.Int64 for k in UNDEFINED_REASONS},
-        "spearman_mean_flat_as_zero": pl.Float64,
-        "pooled_spearman": pl.Float64,
-        "forward_tokens_per_trace": pl.Float64,
-        "backward_tokens_per_trace": pl.Float64,
-        "seconds_per_trace": pl.Float64,
-    }
-    return pl.DataFrame(out, schema=schema)
-
-
-def matching_mc_n(table: pl.DataFrame, target: float, column: str = "spearman_mean") -> float:
-    """The MC N at which `column` (a mean Spearman) first reaches `target`, linear in log2 N
-    between the measured N (NaN when no measured N reaches it; the smallest N when all do)."""
-    mc = (
-        table.filter((pl.col("family") == "mc") & pl.col(column).is_not_nan())
-        .sort("n_rollouts")
-        .select("n_rollouts", column)
-        .rows()
-    )
-    if not mc or not np.isfinite(target):
-        return float("nan")
-    if mc[0][1] >= target:
-        return float(mc[0][0])
-    for (n0, r0), (n1, r1) in zip(mc, mc[1:], strict=False):
-        if r1 >= target > r0:
-            frac = (target - r0) / (r1 - r0)
-            return float(2 ** (np.log2(n0) + frac * (np.log2(n1) - np.log2(n0))))
-    return float("nan")
+    return pl.DataFrame(rows, infer_schema_length=None)
 
 
 def correlation_matrix(estimates: pl.DataFrame, order: Sequence[str] | None = None) -> pl.DataFrame:
-    """Mean over traces of ρ(σ_a, σ_b) for every pair of estimators (wide: one column each).
+    """Mean over the common traces of ρ(σ_a, σ_b) (flat = 0) for every pair of estimators.
 
-    A pair's undefined traces (constant or NaN σ on that trace) are left out of its mean; the
-    diagonal is 1 wherever an estimator's σ is ever non-constant.
+    The common set is the traces where every estimator has a finite σ of the same length with
+    K ≥ 2; a flat σ is scored 0 against anything (1 on the diagonal only when it varies).
     """
     names = (
         list(order)
         if order is not None
         else estimates["estimator"].unique(maintain_order=True).to_list()
     )
-    sig = {
-        name: dict(
-            estimates.filter(pl.col("estimator") == name).select("trace_index", "sigma").iter_rows()
+    sig = vectors(estimates, "sigma")
+    traces = sorted(set.intersection(*(set(sig.get(n, {})) for n in names))) if names else []
+    traces = [
+        t
+        for t in traces
+        if all(
+            sig[n][t].size >= 2
+            and sig[n][t].size == sig[names[0]][t].size
+            and np.isfinite(sig[n][t]).all()
+            for n in names
         )
-        for name in names
-    }
+    ]
     matrix = np.full((len(names), len(names)), np.nan)
     for i, a in enumerate(names):
         for j, b in enumerate(names[i:], start=i):
-            common = sorted(set(sig[a]) & set(sig[b]))
-            vals = [spearman(sig[a][t], sig[b][t]) for t in common]
-            vals = [v for v in vals if np.isfinite(v)]
+            vals = [spearman_flat0(sig[a][t], sig[b][t]) for t in traces]
             matrix[i, j] = matrix[j, i] = float(np.mean(vals)) if vals else np.nan
-    return pl.DataFrame({"estimator": names, **{b: matrix[:, j] for j, b in enumerate(names)}})
+    return pl.DataFrame(
+        {
+            "estimator": names,
+            **{b: matrix[:, j] for j, b in enumerate(names)},
+            "n_traces": [len(traces)] * len(names),
+        }
+    )
 
 
 __all__ = [
-    "UNDEFINED_REASONS",
+    "AGGREGATIONS",
+    "EXCLUSIONS",
+    "NULL",
+    "SPLIT_HALF",
+    "TARGETS",
+    "CommonSet",
     "agreement_table",
+    "common_set",
     "correlation_matrix",
-    "matching_mc_n",
-    "per_trace_spearman",
-    "pooled_spearman",
-    "undefined_reason",
+    "cost_match",
+    "null_estimates",
+    "pooled_rho",
+    "vectors",
 ]

@@ -2,10 +2,12 @@
 
 Estimators (METHOD.md §3, §5), each giving one σ (K,) per trace on the same segmentation:
 
-- `mc_n{N}`: Monte Carlo state values from N fresh rollouts per state (own seeds, never the
-  ground truth's rollouts), σ_k = V̂(s_k) − V̂(s_{k−1}) with V̂(s_K) = R;
-- `rredcot_{variant}`: RREDCoT with each value variant of `VALUE_VARIANTS` (the configured
-  `estimator.rredcot` otherwise, terminal correction by default);
+- `mc_n{N}`: Monte Carlo state values from N rollouts per state (the first N of one nested
+  set, own seed, never the ground truth's rollouts), σ_k = V̂(s_k) − V̂(s_{k−1}), V̂(s_K) = R;
+- `rredcot_{variant}` / `rredcot_{variant}_joint`: RREDCoT with each value variant of
+  `VALUE_VARIANTS` and the conditional / joint answer-now (the configured `estimator.rredcot`
+  otherwise, terminal correction by default); `…_other_path`: with a reference on a different
+  valid solution path than the trace's (`reference_other_path`, the localization study);
 - `loo`, `shapley`, `grad_x_input`, `attention`: the attribution baselines.
 
 Costs per trace: forward_tokens (tokens run through the model: for MC, each rollout's state
@@ -14,13 +16,14 @@ scorer's real tokens; for attributions, padded tokens as the library counts them
 backward_tokens (gradient × input only) and seconds. Batched calls (MC, RREDCoT) are timed as a
 whole and the time is shared among traces in proportion to their forward tokens.
 
-The table is long: one row per (trace, estimator) with `sigma` as a list.
+The table is long: one row per (trace, estimator) with `sigma` (K,) and `values` (K,: the state
+values of k = 0 … K−1, Φ_k for RREDCoT and V̂(s_k) for MC; null for attributions) as lists.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +36,7 @@ from rredcot.studies.rollouts import (
     sigma_from_values,
     state_values,
     value_lookup,
+    values_at_states,
 )
 
 ESTIMATE_SCHEMA: dict[str, pl.DataType] = {
@@ -41,19 +45,24 @@ ESTIMATE_SCHEMA: dict[str, pl.DataType] = {
     "family": pl.String(),
     "n_rollouts": pl.Int64(),
     "sigma": pl.List(pl.Float64()),
+    "values": pl.List(pl.Float64()),
     "forward_tokens": pl.Int64(),
     "backward_tokens": pl.Int64(),
     "seconds": pl.Float64(),
+    "cost_basis": pl.String(),
 }
-FAMILIES: tuple[str, ...] = ("ground_truth", "mc", "rredcot", "attribution")
+FAMILIES: tuple[str, ...] = ("ground_truth", "mc", "rredcot", "attribution", "null")
 
 
 def mc_name(n: int) -> str:
     return f"mc_n{n}"
 
 
-def rredcot_name(variant: str) -> str:
-    return f"rredcot_{variant}"
+def rredcot_name(variant: str, answer_now: str = "conditional", path: str = "own") -> str:
+    """`rredcot_{variant}`, `_joint` for the joint answer-now, `_other_path` for the reference
+    on another valid path."""
+    name = f"rredcot_{variant}" + ("_joint" if answer_now == "joint" else "")
+    return name + ("_other_path" if path == "other" else "")
 
 
 def _share(total: float, weights: dict[int, int]) -> dict[int, float]:
@@ -76,36 +85,39 @@ def mc_estimates(
     truncation: str,
     temperature: float,
     top_p: float,
-    seeds: Sequence[int],
+    seed: int,
     tokenizer: Any = None,
 ) -> pl.DataFrame:
-    """σ of MC with each N in `n_values`: one independent rollout call per N (seed seeds[i]).
+    """σ and V̂ of MC with each N in `n_values`, nested: one rollout call with max(N) rollouts
+    per state (seed `seed`, apart from the ground truth's), and MC-N reads the first N of them.
 
-    segmentation: one row per trace (trace_index, char_boundaries, num_segments).
+    Each MC-N is exactly an N-rollout MC estimate; nesting only makes the MC-N of different N
+    share rollouts (they are never compared with each other, only with the ground truth and
+    RREDCoT), at the cost of the largest N instead of their sum. Costs per trace: the forward
+    tokens of the first N rollouts of its states; seconds = the call's time × that share of its
+    tokens. segmentation: one row per trace (trace_index, char_boundaries, num_segments).
     """
-    if len(seeds) != len(n_values):
-        raise ValueError(f"seeds: need one per N ({len(n_values)}), got {len(seeds)}")
     from rredcot.studies.segmentations import distinct_states
 
     states = distinct_states(segmentation)
     reward = dict(traces.select("trace_index", "reward").iter_rows())
+    run = sample_rollouts(
+        backend,
+        task,
+        traces,
+        states,
+        n_rollouts=max(n_values),
+        budget=budget,
+        seed=seed,
+        temperature=temperature,
+        top_p=top_p,
+        tokenizer=tokenizer,
+    )
+    total = sum(forward_tokens_per_trace(run.rollouts).values())
     rows: list[dict[str, Any]] = []
-    for n, seed in zip(n_values, seeds, strict=True):
-        run = sample_rollouts(
-            backend,
-            task,
-            traces,
-            states,
-            n_rollouts=n,
-            budget=budget,
-            seed=seed,
-            temperature=temperature,
-            top_p=top_p,
-            tokenizer=tokenizer,
-        )
-        values = value_lookup(state_values(run.rollouts, truncation=truncation))
-        tokens = forward_tokens_per_trace(run.rollouts)
-        seconds = _share(run.seconds, tokens)
+    for n in sorted(n_values):
+        values = value_lookup(state_values(run.rollouts, n=n, truncation=truncation))
+        tokens = forward_tokens_per_trace(run.rollouts, n=n)
         for t, cb in segmentation.select("trace_index", "char_boundaries").iter_rows():
             sigma = sigma_from_values(cb, values.get(t, {}), reward[t])
             rows.append(
@@ -115,9 +127,11 @@ def mc_estimates(
                     "family": "mc",
                     "n_rollouts": n,
                     "sigma": sigma.tolist(),
+                    "values": values_at_states(cb, values.get(t, {})).tolist(),
                     "forward_tokens": tokens.get(t, 0),
                     "backward_tokens": 0,
-                    "seconds": seconds.get(t, 0.0),
+                    "seconds": run.seconds * tokens.get(t, 0) / total if total else 0.0,
+                    "cost_basis": f"first {n} of {max(n_values)} nested rollouts per state",
                 }
             )
     return _frame(rows)
@@ -133,59 +147,79 @@ def reference_path(task: Any, reference: str | None, answer: str) -> Any:
     return ReferencePath.from_text(reference_reasoning(task, reference), answer)
 
 
+def rredcot_configs(
+    config: Any, variants: Sequence[str], answer_now: Sequence[str], path: str = "own"
+) -> dict[str, Any]:
+    """estimator name -> `config` with each value variant × answer-now (`rredcot_name`)."""
+    return {
+        rredcot_name(v, a, path): replace(config, value=v, answer_now=a)
+        for a in answer_now
+        for v in variants
+    }
+
+
 def rredcot_estimates(
     model: Any,
     tokenizer: Any,
     task: Any,
     traces: pl.DataFrame,
     segmentation: pl.DataFrame,
-    variants: Sequence[str],
-    config: Any,
+    configs: Mapping[str, Any],
     *,
-    estimator_names: Sequence[str] | None = None,
     batch_traces: int = 64,
+    reference_column: str = "reference",
+    shared_pass: bool = False,
 ) -> pl.DataFrame:
-    """σ of RREDCoT with each value variant (config's other settings), `batch_traces` traces
-    per `rredcot_credit_batch` call (the time of a call is shared among its traces in proportion
-    to their forward tokens). Traces without a reference get no row."""
-    from rredcot.credit.rredcot import Trace, rredcot_credit_batch
+    """σ and Φ of RREDCoT under each named config, `batch_traces` traces per scoring call (the
+    time of a call is shared among its traces in proportion to their forward tokens).
 
-    names = (
-        list(estimator_names)
-        if estimator_names is not None
-        else [rredcot_name(v) for v in variants]
-    )
+    One call per config (each config's own cost), or with `shared_pass` one unpruned call for
+    all of them (`rredcot_variants_batch`; every config then gets the shared pass's cost, said
+    in `cost_basis`). The reference is read from `reference_column`; traces without one get
+    no row.
+    """
+    from rredcot.credit.rredcot import Trace, rredcot_credit_batch, rredcot_variants_batch
+
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     items = []
     for t, bounds in segmentation.select("trace_index", "boundaries").iter_rows():
         row = by_index[t]
-        ref = reference_path(task, row["reference"], row["answer"])
+        ref = reference_path(task, row[reference_column], row["answer"])
         if ref is None:
             continue
         items.append((t, Trace(row["prompt_ids"], row["response_ids"], bounds, ref, row["reward"])))
+    groups = [dict(configs)] if shared_pass else [{n: c} for n, c in configs.items()]
+    basis = f"one unpruned pass shared by {len(configs)} variants" if shared_pass else "own pass"
     rows: list[dict[str, Any]] = []
-    for variant, name in zip(variants, names, strict=True):
-        cfg = replace(config, value=variant)
+    for group in groups:
         for start in range(0, len(items), batch_traces):
             chunk = items[start : start + batch_traces]
+            trs = [tr for _, tr in chunk]
             began = time.perf_counter()
-            results = rredcot_credit_batch(model, tokenizer, task, [tr for _, tr in chunk], cfg)
+            if shared_pass:
+                by_name = rredcot_variants_batch(model, tokenizer, task, trs, group)
+            else:
+                ((name, cfg),) = group.items()
+                by_name = {name: rredcot_credit_batch(model, tokenizer, task, trs, cfg)}
             elapsed = time.perf_counter() - began
-            tokens = {t: r.forward_tokens for (t, _), r in zip(chunk, results, strict=True)}
-            seconds = _share(elapsed, tokens)
-            for (t, _), r in zip(chunk, results, strict=True):
-                rows.append(
-                    {
-                        "trace_index": t,
-                        "estimator": name,
-                        "family": "rredcot",
-                        "n_rollouts": None,
-                        "sigma": r.sigma.tolist(),
-                        "forward_tokens": r.forward_tokens,
-                        "backward_tokens": 0,
-                        "seconds": seconds[t],
-                    }
-                )
+            for name, results in by_name.items():
+                tokens = {t: r.forward_tokens for (t, _), r in zip(chunk, results, strict=True)}
+                seconds = _share(elapsed, tokens)
+                for (t, _), r in zip(chunk, results, strict=True):
+                    rows.append(
+                        {
+                            "trace_index": t,
+                            "estimator": name,
+                            "family": "rredcot",
+                            "n_rollouts": None,
+                            "sigma": r.sigma.tolist(),
+                            "values": r.phi[:-1].tolist(),
+                            "forward_tokens": r.forward_tokens,
+                            "backward_tokens": 0,
+                            "seconds": seconds[t],
+                            "cost_basis": basis,
+                        }
+                    )
     return _frame(rows)
 
 
@@ -237,9 +271,11 @@ def attribution_estimates(
                     "family": "attribution",
                     "n_rollouts": None,
                     "sigma": np.asarray(res.values, dtype=np.float64).tolist(),
+                    "values": None,
                     "forward_tokens": res.forward_tokens,
                     "backward_tokens": res.backward_tokens,
                     "seconds": res.seconds,
+                    "cost_basis": "own pass",
                 }
             )
     return _frame(rows)
@@ -253,6 +289,7 @@ __all__ = [
     "mc_estimates",
     "mc_name",
     "reference_path",
+    "rredcot_configs",
     "rredcot_estimates",
     "rredcot_name",
 ]

@@ -4,16 +4,22 @@
 ground-truth rollouts (N large, budget generous, METHOD.md §5) from s_k. Because the rollouts are
 stored per distinct state, every segmentation reads its σ_gt from the same table.
 
-`split_half` gives the ground truth's own reliability: σ from rollouts [0, N/2) against
-σ from [N/2, N). Its agreement is a noise ceiling for how well any estimator can agree with a
-ground truth of that N.
+`split_half` gives the ground truth's own noise: σ and V from rollouts [0, N/2) against those
+from [N/2, N). Their agreement, stepped up with Spearman–Brown to N, is the reliability of the
+N-rollout ground truth, and its square root the ceiling of any estimator's agreement with it
+(`rredcot.studies.agreement`).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from rredcot.studies.rollouts import sigma_from_values, state_values, value_lookup
+from rredcot.studies.rollouts import (
+    sigma_from_values,
+    state_values,
+    value_lookup,
+    values_at_states,
+)
 
 GROUND_TRUTH = "ground_truth"  # estimator name of σ_gt in the study tables
 
@@ -27,7 +33,8 @@ def ground_truth_sigmas(
     first_rollout: int = 0,
     truncation: str = "drop",
 ) -> pl.DataFrame:
-    """trace_index, segmentation, sigma (List[f64]) for every row of `segmentations`.
+    """trace_index, segmentation, sigma (K,) and values (K,: V_gt(s_0 … s_{K−1})) as
+    List[f64] for every row of `segmentations`.
 
     Uses the rollouts [first_rollout, first_rollout + n) of each state (all when n is None).
     """
@@ -40,12 +47,18 @@ def ground_truth_sigmas(
             "trace_index": t,
             "segmentation": label,
             "sigma": sigma_from_values(cb, values.get(t, {}), reward[t]).tolist(),
+            "values": values_at_states(cb, values.get(t, {})).tolist(),
         }
         for t, label, cb in segmentations.select(
             "trace_index", "segmentation", "char_boundaries"
         ).iter_rows()
     ]
-    schema = {"trace_index": pl.Int64, "segmentation": pl.String, "sigma": pl.List(pl.Float64)}
+    schema = {
+        "trace_index": pl.Int64,
+        "segmentation": pl.String,
+        "sigma": pl.List(pl.Float64),
+        "values": pl.List(pl.Float64),
+    }
     return pl.DataFrame(rows, schema=schema)
 
 

@@ -10,8 +10,13 @@ its last character). Per estimator:
 - within-one: it is at most one segment away;
 
 both with ties counted fractionally (`rredcot.studies.metrics.localization_hits`), averaged over
-traces with a bootstrap 95% CI. Two reference rows: `random` (a uniformly random segment, exact
-expectation 1/K per trace) and the MC ground truth itself.
+one common set of traces with a bootstrap 95% CI, and each estimator's top-1 compared with the
+reference estimator's (RREDCoT's default) by a paired bootstrap over the same traces. A
+`random` row (a uniformly random segment, exact expectation 1/K per trace) is in every table.
+
+It only means something when the reference U* is not the checker's own answer key (METHOD.md
+§5): the study scores RREDCoT both with the reference on the trace's own path and with one on a
+different valid path of the same problem (`reference_other_path`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,13 @@ import numpy as np
 import polars as pl
 
 from rredcot.segmentation import segment_of_char
-from rredcot.studies.metrics import bootstrap_mean_ci, localization_hits, random_localization
+from rredcot.studies.metrics import (
+    bootstrap_indices,
+    localization_hits,
+    percentile_ci,
+    random_localization,
+    verdict,
+)
 from rredcot.studies.traces import error_char
 
 RANDOM = "random"
@@ -54,58 +65,84 @@ def true_segments(traces: pl.DataFrame, segmentation: pl.DataFrame) -> pl.DataFr
 
 
 def localization_table(
-    estimates: pl.DataFrame, truth: pl.DataFrame, *, resamples: int, seed: int
+    estimates: pl.DataFrame,
+    truth: pl.DataFrame,
+    *,
+    reference: str,
+    resamples: int,
+    seed: int,
+    trace_set: str = "all",
 ) -> pl.DataFrame:
-    """One row per estimator (plus `random`): top1, within_one, their CIs and trace counts.
+    """One row per estimator (plus `random`) on one common set of incorrect traces.
 
-    estimates: trace_index, estimator, family, sigma (the ground truth included as an estimator).
-    truth: `true_segments`. Columns: estimator, family, top1, top1_ci95_low, top1_ci95_high,
-    within_one, within_one_ci95_low, within_one_ci95_high, n_traces, n_unusable (σ with NaN),
-    mean_num_segments.
+    estimates: trace_index, estimator, family, sigma; truth: `true_segments` of the traces to
+    use. The common set: the traces of `truth` where every estimator has a finite σ of the
+    trace's K (an unusable σ leaves the trace out for all, counted in `excluded_unusable`).
+    One bootstrap draw of traces serves every row, so `top1_diff_vs_reference` (the paired
+    difference of top-1 from `reference`) has a paired CI and a verdict. Columns: trace_set,
+    estimator, family, top1, top1_ci95_low, top1_ci95_high, within_one, within_one_ci95_low,
+    within_one_ci95_high, top1_diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
+    n_traces, excluded_unusable, mean_num_segments.
     """
+    names = estimates["estimator"].unique(maintain_order=True).to_list()
+    if reference not in names:
+        raise ValueError(f"reference: {reference!r} is not an estimator; have {names}")
     target = dict(truth.select("trace_index", "true_segment").iter_rows())
     k_of = dict(truth.select("trace_index", "num_segments").iter_rows())
+    sig = {
+        name: {
+            t: np.asarray(s, dtype=np.float64)
+            for t, s in estimates.filter(pl.col("estimator") == name)
+            .select("trace_index", "sigma")
+            .iter_rows()
+            if s is not None
+        }
+        for name in names
+    }
+    family = dict(estimates.select("estimator", "family").unique("estimator").iter_rows())
+    traces = [
+        t
+        for t in sorted(target)
+        if all(
+            t in sig[n] and sig[n][t].size == k_of[t] and np.isfinite(sig[n][t]).all()
+            for n in names
+        )
+    ]
+    excluded = len(target) - len(traces)
+    if not traces:
+        return pl.DataFrame()
+    idx = bootstrap_indices(len(traces), resamples, seed)
+    hits = {
+        RANDOM: np.array([random_localization(k_of[t], target[t]) for t in traces]),
+        **{n: np.array([localization_hits(sig[n][t], target[t]) for t in traces]) for n in names},
+    }
+    ref_top1 = hits[reference][:, 0]
     out = []
-
-    def summarize(name: str, family: str, hits: list[tuple[float, float]], unusable: int) -> None:
-        top1 = [h[0] for h in hits]
-        near = [h[1] for h in hits]
-        i = len(out)
-        t_mean, t_low, t_high = bootstrap_mean_ci(top1, resamples, seed + 2 * i)
-        n_mean, n_low, n_high = bootstrap_mean_ci(near, resamples, seed + 2 * i + 1)
+    for name, h in hits.items():
+        top1, near = h[:, 0], h[:, 1]
+        t_low, t_high = percentile_ci(top1[idx].mean(axis=1))
+        n_low, n_high = percentile_ci(near[idx].mean(axis=1))
+        d_low, d_high = percentile_ci((top1 - ref_top1)[idx].mean(axis=1))
         out.append(
             {
+                "trace_set": trace_set,
                 "estimator": name,
-                "family": family,
-                "top1": t_mean,
+                "family": "baseline" if name == RANDOM else family[name],
+                "top1": float(top1.mean()),
                 "top1_ci95_low": t_low,
                 "top1_ci95_high": t_high,
-                "within_one": n_mean,
+                "within_one": float(near.mean()),
                 "within_one_ci95_low": n_low,
                 "within_one_ci95_high": n_high,
-                "n_traces": len(hits),
-                "n_unusable": unusable,
-                "mean_num_segments": float(np.mean([k_of[t] for t in target])) if target else 0.0,
+                "top1_diff_vs_reference": float((top1 - ref_top1).mean()),
+                "diff_ci95_low": d_low,
+                "diff_ci95_high": d_high,
+                "verdict": "reference" if name == reference else verdict(d_low, d_high),
+                "n_traces": len(traces),
+                "excluded_unusable": excluded,
+                "mean_num_segments": float(np.mean([k_of[t] for t in traces])),
             }
         )
-
-    summarize(
-        RANDOM,
-        "baseline",
-        [random_localization(k_of[t], target[t]) for t in target],
-        0,
-    )
-    chosen = estimates.filter(pl.col("trace_index").is_in(list(target)))
-    for name in chosen["estimator"].unique(maintain_order=True).to_list():
-        mine = chosen.filter(pl.col("estimator") == name)
-        hits, unusable = [], 0
-        for t, sigma in mine.select("trace_index", "sigma").iter_rows():
-            top1, near = localization_hits(sigma, target[t])
-            if np.isnan(top1):
-                unusable += 1
-                continue
-            hits.append((top1, near))
-        summarize(name, mine["family"][0], hits, unusable)
     return pl.DataFrame(out)
 
 

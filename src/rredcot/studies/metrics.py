@@ -53,6 +53,88 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
     return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
 
 
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Vectorized 1-based average ranks of a 1-D array (= `rankdata`, without a Python loop)."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    upper = np.cumsum(counts)  # rank of the last member of each tie group
+    return (upper - (counts - 1) / 2.0)[inverse]
+
+
+def spearman_flat0(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Spearman ρ with a constant vector scored 0 (it orders nothing), the convention of the
+    studies' common set (METHOD.md §5): flat or tied estimates are scored, never dropped.
+
+    NaN only for what cannot be scored at all: unequal shapes raise, fewer than 2 entries or a
+    NaN entry give NaN (the common set leaves such traces out for every estimator).
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"a/b: expected two 1-D arrays of equal length, got {x.shape}, {y.shape}")
+    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
+        return float("nan")
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    if denom == 0.0:
+        return 0.0
+    return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
+
+
+def spearman_brown(r_half: float, factor: float = 2.0) -> float:
+    """Reliability of a measurement `factor` times as long as one whose reliability is r_half:
+    factor·r / (1 + (factor − 1)·r). The split-half agreement of two N/2-rollout halves of the
+    ground truth, stepped up with factor 2, is the reliability of the N-rollout ground truth."""
+    if not np.isfinite(r_half):
+        return float("nan")
+    if factor <= 0:
+        raise ValueError(f"factor: expected a number > 0, got {factor!r}")
+    denom = 1.0 + (factor - 1.0) * r_half
+    return float(factor * r_half / denom) if denom > 0 else float("nan")
+
+
+def ceiling(reliability: float) -> float:
+    """The highest correlation any estimator can have with a reference of this reliability:
+    √reliability (classical test theory); NaN when the reliability is not positive."""
+    return float(np.sqrt(reliability)) if np.isfinite(reliability) and reliability > 0 else np.nan
+
+
+def disattenuate(rho: float, reliability: float) -> float:
+    """ρ / √reliability: the agreement with a noise-free reference (only the reference's own
+    noise is corrected for; the estimator's is part of what it is)."""
+    c = ceiling(reliability)
+    return float(rho / c) if np.isfinite(c) and np.isfinite(rho) else float("nan")
+
+
+def bootstrap_indices(n: int, resamples: int, seed: int) -> np.ndarray:
+    """(resamples, n) row indices drawn with replacement: one shared draw per analysis, so every
+    estimator's statistic (and every paired difference) is computed on the same resamples."""
+    if resamples < 1:
+        raise ValueError(f"resamples: expected an integer >= 1, got {resamples!r}")
+    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+
+def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The central `level` percentile interval of bootstrap samples (NaN-free ones only)."""
+    x = np.asarray(samples, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), float("nan")
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(x, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def verdict(low: float, high: float) -> str:
+    """`better` / `worse` when a difference's CI excludes 0, else `no difference`."""
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    return "no difference"
+
+
 def bootstrap_mean_ci(
     values: Sequence[float] | np.ndarray, resamples: int, seed: int, level: float = 0.95
 ) -> tuple[float, float, float]:
@@ -113,7 +195,15 @@ def random_localization(num_segments: int, true_segment: int) -> tuple[float, fl
 
 __all__ = [
     "argmin_set",
+    "average_ranks",
+    "bootstrap_indices",
     "bootstrap_mean_ci",
+    "ceiling",
+    "disattenuate",
+    "percentile_ci",
+    "spearman_brown",
+    "spearman_flat0",
+    "verdict",
     "localization_hits",
     "random_localization",
     "rankdata",

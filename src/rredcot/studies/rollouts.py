@@ -204,6 +204,11 @@ def state_values(
     )
 
 
+def values_at_states(char_boundaries: Sequence[int], values: dict[int, float]) -> np.ndarray:
+    """(V̂(s_0), …, V̂(s_{K−1})) from char_pos -> V̂ (NaN where a state has no value)."""
+    return np.array([values.get(c, math.nan) for c in list(char_boundaries)[:-1]], np.float64)
+
+
 def sigma_from_values(
     char_boundaries: Sequence[int], values: dict[int, float], reward: float
 ) -> np.ndarray:
@@ -212,8 +217,7 @@ def sigma_from_values(
     values: char_pos -> V̂ for the states c_0 … c_{K−1}; a missing or NaN value gives NaN σ
     next to it.
     """
-    cb = list(char_boundaries)
-    v = np.array([values.get(c, math.nan) for c in cb[:-1]] + [float(reward)], dtype=np.float64)
+    v = np.append(values_at_states(char_boundaries, values), float(reward))
     return v[1:] - v[:-1]
 
 
@@ -235,6 +239,7 @@ def forward_tokens_per_trace(rollouts: pl.DataFrame, n: int | None = None) -> di
 
 
 __all__ = [
+    "values_at_states",
     "ROLLOUT_SCHEMA",
     "RolloutRun",
     "finished_within",

@@ -19,6 +19,7 @@ need segments report how many traces they could not use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,6 +176,101 @@ def token_statistics(model: Any, traces: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95% interval of a proportion (sensible at 0, 1 and small n)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def select_study_set(
+    traces: pl.DataFrame,
+    band: Sequence[float] | None,
+    agreement_traces: int | None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(kept traces with an `agreement` flag, the per-depth table that chose them).
+
+    The study needs both outcomes in numbers (METHOD.md §5), whatever base the machine trained:
+    the base's accuracy at each depth is measured on the sampled traces themselves (one per
+    problem), and the depths whose accuracy lies in `band` = [low, high] are kept (selection on
+    the problem's depth, never on the trace's outcome, so the kept traces are the policy's own
+    distribution at those depths). Without a band, or without a `depth` column, every trace is
+    kept. The first `agreement_traces` kept traces (in trace order, i.e. the pool's random
+    order) form the agreement set, which the MC ground truth and MC-N estimators cover; the
+    scored estimators and error localization use every kept trace. Stops with the table in the
+    message when no depth is in the band.
+    """
+    if "depth" not in traces.columns or band is None:
+        table = pl.DataFrame(
+            {
+                "depth": [None],
+                "n_traces": [traces.height],
+                "accuracy": [float(traces["reward"].mean()) if traces.height else float("nan")],
+                "kept": [True],
+            },
+            schema_overrides={"depth": pl.Int64},
+        )
+        kept = traces
+    else:
+        low, high = float(band[0]), float(band[1])
+        if not 0 <= low <= high <= 1:
+            raise ValueError(f"studies.accuracy_band: need 0 <= low <= high <= 1, got {band!r}")
+        rows = []
+        for depth, part in traces.group_by("depth", maintain_order=False):
+            n, right = part.height, int((part["reward"] == 1).sum())
+            ci = wilson_interval(right, n)
+            acc = right / n
+            rows.append(
+                {
+                    "depth": depth[0],
+                    "n_traces": n,
+                    "accuracy": acc,
+                    "ci95_low": ci[0],
+                    "ci95_high": ci[1],
+                    "kept": low <= acc <= high,
+                }
+            )
+        table = pl.DataFrame(rows).sort("depth")
+        depths = table.filter(pl.col("kept"))["depth"].to_list()
+        if not depths:
+            raise ValueError(
+                f"studies.accuracy_band {list(band)}: the base's accuracy is outside the band at "
+                f"every depth of the study pool; widen the band or change studies.pool.depths.\n"
+                f"{table}"
+            )
+        kept = traces.filter(pl.col("depth").is_in(depths))
+    kept = kept.sort("trace_index")
+    n_agree = kept.height if agreement_traces is None else min(agreement_traces, kept.height)
+    flags = [i < n_agree for i in range(kept.height)]
+    return kept.with_columns(pl.Series("agreement", flags, dtype=pl.Boolean)), table
+
+
+def with_other_path_references(
+    traces: pl.DataFrame, programs: Sequence[str | None]
+) -> pl.DataFrame:
+    """`traces` with `reference_other_path`: a valid solution of the same problem on a different
+    path than the trace's own (`rredcot.data.synthetic.other_path_solution`; null without a
+    program or a commutable step) and `own_path_canonical` (the trace writes no step commuted,
+    so the world's own solution is its path)."""
+    from rredcot.data.synthetic import commuted_steps, other_path_solution
+
+    other, canonical = [], []
+    for program, response in zip(programs, traces["response"], strict=True):
+        if program is None:
+            other.append(None)
+            canonical.append(None)
+            continue
+        other.append(other_path_solution(program, response))
+        canonical.append(not commuted_steps(program, response))
+    return traces.with_columns(
+        pl.Series("reference_other_path", other, dtype=pl.String),
+        pl.Series("own_path_canonical", canonical, dtype=pl.Boolean),
+    )
+
+
 def error_char(response: str, error_start: int | None) -> int | None:
     """The character whose segment holds the first error: the offending line's first character.
 
@@ -187,6 +283,9 @@ def error_char(response: str, error_start: int | None) -> int | None:
 
 
 __all__ = [
+    "select_study_set",
+    "wilson_interval",
+    "with_other_path_references",
     "STAT_COLUMNS",
     "TRACE_COLUMNS",
     "error_char",

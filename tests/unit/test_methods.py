@@ -301,3 +301,36 @@ def test_mc_sigma_sums_to_return_minus_first_value(model, tokenizer):
     assert (out.advantages[batch.completion_mask == 0] == 0).all()
     again = m.advantages(batch, model)  # rollouts are seeded by (seed, step, row)
     torch.testing.assert_close(out.advantages, again.advantages)
+
+
+# --- LoRA: the credit passes see the adapted policy ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rredcot", "mc"])
+def test_credit_under_lora_is_the_adapted_policys(model, tokenizer, name):
+    """With `training.lora` the trainer hands the methods a peft model: RREDCoT's packed scorer
+    and MC's rollouts must run base ⊕ adapter, i.e. give what the merged weights give."""
+    import copy
+
+    from peft import get_peft_model
+
+    from rredcot.training.lora import LoraSettings
+
+    adapted = get_peft_model(copy.deepcopy(model), LoraSettings(r=4, alpha=8).peft_config())
+    with torch.no_grad():  # B starts at 0 (adapter = identity): give it a visible update
+        for n, p in adapted.named_parameters():
+            if ".lora_B." in n:
+                p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    merged = copy.deepcopy(adapted).merge_and_unload().eval()
+    adapted.eval()
+    blocks = {"segmentation": SegmentationConfig(num_segments=2, strategy="hybrid")}
+    if name == "mc":
+        blocks["mc"] = MCConfig(n_rollouts=2, budget=6, truncation="zero")
+    m = method(name, tokenizer, **blocks)
+    batch = make_batch(tokenizer)
+    got = m.advantages(batch, adapted)
+    want = m.advantages(batch, merged)
+    on_base = m.advantages(batch, model)
+    torch.testing.assert_close(got.advantages, want.advantages, atol=1e-4, rtol=0)
+    assert got.metrics == pytest.approx(want.metrics, abs=1e-4)
+    assert not torch.allclose(got.advantages, on_base.advantages, atol=1e-4)

@@ -4,9 +4,12 @@ Setup only; what a method does differently lives in `rredcot.training.methods`. 
 into `out`:
 
     checkpoint-N/        every `save_steps` steps, the last `save_total_limit` kept; a restarted
-                         run resumes from the newest complete one (trainer_state.json written)
+                         run resumes from the newest complete one (trainer_state.json written);
+                         with `lora`, the adapter weights only
     metrics.csv          one row per optimizer step (`CSV_COLUMNS` + the method's metrics)
-    final/               the trained policy and tokenizer (save_pretrained)
+    final/               the trained policy and tokenizer (save_pretrained); with `lora`, the
+                         base merged with the adapter (loads as any checkpoint) and the
+                         adapter alone in final/adapter/
     train_summary.json   settings, steps, seconds, where it resumed from
 
 A NaN or inf loss stops the run before the optimizer step (`NonFiniteLossError`); the newest
@@ -42,6 +45,7 @@ from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
+from rredcot.training.lora import LoraSettings, save_final
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 
@@ -184,6 +188,9 @@ class TrainingSettings:
     resets: ResetConfig = field(default_factory=ResetConfig)
     """RRPO/SRPO group sampling and self-localization (§6); they need loss_type grpo, kl_beta 0
     and an even num_generations (split 1×(n/2))."""
+    lora: LoraSettings | None = None
+    """Train LoRA adapters instead of all weights (the official RRPO/SRPO setup, §6); None:
+    full fine-tuning."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -290,8 +297,11 @@ class TrainingSettings:
             "rredcot": RREDCoTConfig,
             "mc": MCConfig,
             "resets": ResetConfig,
+            "lora": LoraSettings,
         }
         for name, block in blocks.items():
+            if name == "lora" and values.get(name) is None:
+                continue
             if name in values and not isinstance(values[name], block):
                 if not isinstance(values[name], Mapping):
                     raise ValueError(f"training.{name}: expected a mapping, got {values[name]!r}")
@@ -595,7 +605,7 @@ def build_trainer(
             mc_batch_size=settings.mc_batch_size,
             resets=settings.resets,
         )
-    return CreditGRPOTrainer(
+    trainer = CreditGRPOTrainer(
         model=model,
         reward_funcs=[correctness_reward(task)],
         args=grpo_config(settings, out),  # checks the batch layout against this launch
@@ -603,7 +613,15 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=list(callbacks),
         method=method,
+        peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
+    if settings.lora is not None and _is_zero3(trainer):
+        raise ValueError(
+            "training.lora: LoRA runs are not launched under DeepSpeed ZeRO-3 here (the final "
+            "merge needs the whole weights on one process); use training.accelerate ddp or "
+            "zero2 (the adapters and their optimizer state are small)"
+        )
+    return trainer
 
 
 RUN_RECORD = "run_record.json"
@@ -739,7 +757,11 @@ def train_policy(
     # zero3_save_16bit_model). Otherwise every process holds them whole.
     state_dict = accelerator.get_state_dict(trainer.model_wrapped) if _is_zero3(trainer) else None
     if main:
-        accelerator.unwrap_model(trainer.model).save_pretrained(final, state_dict=state_dict)
+        policy = accelerator.unwrap_model(trainer.model)
+        if settings.lora is not None:
+            save_final(policy, final)  # merged weights, and the adapter in final/adapter/
+        else:
+            policy.save_pretrained(final, state_dict=state_dict)
         tokenizer.save_pretrained(final)
     summary = {
         "settings": settings.to_dict(),

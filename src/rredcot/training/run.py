@@ -366,19 +366,23 @@ def batch_layout(settings: TrainingSettings, num_processes: int) -> tuple[int, i
 
 
 def check_collectives(settings: TrainingSettings, num_processes: int) -> None:
-    """Refuse launches where RRPO/SRPO would hang rather than fail.
+    """Refuse launches where RRPO/SRPO/MC would hang or mix up rows rather than fail.
 
-    Their rollout calls `trainer.sample` a data-dependent number of times with data-dependent
-    batch sizes; vLLM in server mode (prompts gathered over all processes) and colocated vLLM
-    with tensor parallelism (gathered over the TP group) make every call a collective, which
-    only works when all processes make the same calls. (ZeRO-3 is refused by the trainer.)
+    Their rollouts call `trainer.sample` with data-dependent batch sizes (RRPO/SRPO also a
+    data-dependent number of times; MC once per step, with as many states as its traces have);
+    vLLM in server mode (prompts gathered over all processes, the answers sliced back in equal
+    shares) and colocated vLLM with tensor parallelism (gathered over the TP group) need every
+    process to make the same calls with the same sizes. (ZeRO-3 is refused by the trainer for
+    RRPO/SRPO.)
     """
-    if settings.method not in ("rrpo", "srpo") or num_processes == 1 or not settings.use_vllm:
+    if settings.method not in ("rrpo", "srpo", "mc") or num_processes == 1:
+        return
+    if not settings.use_vllm:
         return
     if settings.vllm_mode == "server" or settings.vllm_tensor_parallel_size > 1:
         raise ValueError(
-            f"training.vllm_mode: method {settings.method!r} samples a different number of "
-            f"times on each process, so with {num_processes} processes it needs vllm_mode "
+            f"training.vllm_mode: method {settings.method!r} samples different numbers of "
+            f"rollouts on each process, so with {num_processes} processes it needs vllm_mode "
             f"'colocate' with vllm_tensor_parallel_size 1 (got {settings.vllm_mode!r}, "
             f"{settings.vllm_tensor_parallel_size}), or use_vllm false"
         )

@@ -192,8 +192,8 @@ def training_settings(method: str, seed: int) -> dict:
     if method in ("rrpo", "srpo"):
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
         settings.update(loss_type="grpo", kl_beta=0.0)
-    overrides = {k: v for k, v in tr["per_method"].get(method, {}).items() if k != "accelerate"}
-    settings = merged(settings, overrides)
+    own = tr["per_method"].get(method, {})
+    settings = merged(settings, {k: v for k, v in own.items() if k != "accelerate"})
     variant = {k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")}
     settings = merged(settings, variant)
     settings.update(
@@ -216,7 +216,8 @@ def training_launcher(method: str, seed: int) -> str:
 
     tr = config["training"]
     # a method may launch otherwise (e.g. RRPO/SRPO, refused under ZeRO-3, on zero2)
-    launcher = tr["per_method"].get(base_method(method), {}).get("accelerate", tr["accelerate"])
+    own = tr["per_method"].get(base_method(method), {})
+    launcher = own.get("accelerate", tr["accelerate"])
     argv = accelerate_command(  # port and precision matter only under accelerate launch
         launcher,
         tr["num_processes"],

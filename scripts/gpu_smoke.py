@@ -1,15 +1,17 @@
 """GPU smoke check: every training method for a few steps, then an evaluation, on one CUDA GPU.
 
-vLLM is not installed on the lent GPU machine, so only the HF backend is exercised: rollouts
-inside TRL's trainer with `model.generate`, and the `hf` evaluation backend. The vLLM paths
-(`training.use_vllm`, `evaluation.backend: vllm`) are not run here.
+vLLM is not installed on the lent GPU machine, so this is the vLLM-less path: rollouts inside
+TRL's trainer with `model.generate` (`use_vllm` false: MC's rollouts on the HF backend too),
+and the `hf` evaluation backend. The vLLM paths (`training.use_vllm`, `evaluation.backend:
+vllm`) are not run here. LoRA (`training.lora`) is: by default RREDCoT and SRPO train once more
+with adapters (`--lora-methods`), and their merged final/ is evaluated like any policy.
 
     python scripts/gpu_smoke.py                      # CUDA: quick SFT base, 5 methods, evaluation
     python scripts/gpu_smoke.py --device cpu --tiny  # the same code on the CPU, in seconds
 
 Steps: a synthetic world; a briefly SFT-ed tiny policy (`bench_training.quick_base`; the SFT
 warm-up always trains on the CPU); one short run per method with `TrainingSettings(device=
-"auto")` (accelerate's device: the GPU); each method's policy and the base evaluated on
+"auto")` (accelerate's device: the GPU), then the LoRA runs; each policy and the base evaluated on
 `synth_id` through `backend_from_settings`, the `generate` step's own backend. Prints per method
 the median step seconds and tokens/s after the warm-up step, the credit seconds and the peak GPU
 memory, and per policy pass@1 avg@k with the generation throughput. Checks that the trained
@@ -57,6 +59,7 @@ class Sizes:
     mc_rollouts: int
     mc_budget: int
     localization_max_new_tokens: int
+    lora_rank: int
 
 
 # One H200: ~4 minutes all told (most of it the CPU SFT, MC rollouts and Python start-up).
@@ -75,6 +78,7 @@ GPU_SIZES = Sizes(
     mc_rollouts=4,
     mc_budget=128,
     localization_max_new_tokens=32,
+    lora_rank=16,
 )
 # --tiny: the same code path in seconds on a CPU (numbers mean nothing at this size).
 TINY_SIZES = Sizes(
@@ -92,6 +96,7 @@ TINY_SIZES = Sizes(
     mc_rollouts=1,
     mc_budget=8,
     localization_max_new_tokens=4,
+    lora_rank=2,
 )
 
 
@@ -117,8 +122,11 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def method_settings(method: str, sizes: Sizes, device: str, bf16: bool) -> TrainingSettings:
-    """The short run's settings; rrpo/srpo take their official loss (as the workflow does)."""
+def method_settings(
+    method: str, sizes: Sizes, device: str, bf16: bool, lora: bool = False
+) -> TrainingSettings:
+    """The short run's settings; rrpo/srpo take their official loss (as the workflow does);
+    `lora`: adapters of rank `sizes.lora_rank` on all linear layers (α = r, as §6's 64/64)."""
     values = {
         "method": method,
         "seed": 0,
@@ -135,7 +143,12 @@ def method_settings(method: str, sizes: Sizes, device: str, bf16: bool) -> Train
     }
     if method in ("rrpo", "srpo"):
         values.update(loss_type="grpo", kl_beta=0.0)
-    return TrainingSettings.from_dict(values)
+    if lora:
+        values.update(lora={"r": sizes.lora_rank, "alpha": sizes.lora_rank}, learning_rate=5e-4)
+    settings = TrainingSettings.from_dict(values)
+    if settings.use_vllm:
+        raise RuntimeError("gpu_smoke runs the vLLM-less path")
+    return settings
 
 
 def throughput(rows: list[dict[str, float]]) -> tuple[float, float, float]:
@@ -151,37 +164,54 @@ def throughput(rows: list[dict[str, float]]) -> tuple[float, float, float]:
     )
 
 
+def check_lora_final(final: Path, base: Path, name: str) -> None:
+    """A LoRA run's final/: the merged policy plus final/adapter/; no weight but the adapted
+    linear layers moved away from the base (none move when every advantage was 0)."""
+    from rredcot.training.lora import ADAPTER_DIR
+
+    if not (final / ADAPTER_DIR / "adapter_config.json").is_file():
+        raise RuntimeError(f"{name}: no adapter in {final / ADAPTER_DIR}")
+    before = load_model(base).state_dict()
+    moved = [k for k, v in load_model(final).state_dict().items() if not torch.equal(v, before[k])]
+    if not all(k.endswith("proj.weight") for k in moved):
+        raise RuntimeError(f"{name}: merged weights moved outside the adapted layers: {moved[:5]}")
+    print(f"{name}: final/ merged, {len(moved)} adapted weight matrices moved (none elsewhere)")
+
+
 def train_all(
     base: Path,
     world: dict[str, pl.DataFrame],
-    methods: list[str],
+    runs: list[tuple[str, bool]],
     sizes: Sizes,
     device: str,
     bf16: bool,
     work: Path,
 ) -> dict[str, Path]:
-    """One short run per method; prints its throughput and returns each final policy."""
+    """One short run per (method, lora); prints its throughput and returns each final policy."""
     finals = {}
     header = ("method", "step s", "tokens/s", "credit s", "peak GiB", "wall s")
-    print("{:>8} {:>8} {:>10} {:>9} {:>9} {:>7}".format(*header))
-    for method in methods:
+    print("{:>12} {:>8} {:>10} {:>9} {:>9} {:>7}".format(*header))
+    for method, lora in runs:
+        name = f"{method}+lora" if lora else method
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         model = load_model(base)
-        out = work / f"train_{method}"
+        out = work / f"train_{name}"
         start = time.perf_counter()
-        settings = method_settings(method, sizes, device, bf16)
+        settings = method_settings(method, sizes, device, bf16, lora)
         train_policy(model, load_tokenizer(base), world["train"], settings, out)
         wall = time.perf_counter() - start
         if model.device.type != device:
-            raise RuntimeError(f"{method}: the policy trained on {model.device}, not on {device}")
+            raise RuntimeError(f"{name}: the policy trained on {model.device}, not on {device}")
         step_s, tok_s, credit = throughput(step_times(out))
         peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else float("nan")
         print(
-            f"{method:>8} {step_s:>8.2f} {tok_s:>10,.0f} {credit:>9.2f} {peak:>9.2f} {wall:>7.1f}",
+            f"{name:>12} {step_s:>8.2f} {tok_s:>10,.0f} {credit:>9.2f} {peak:>9.2f} {wall:>7.1f}",
             flush=True,
         )
-        finals[method] = out / "final"
+        if lora:
+            check_lora_final(out / "final", base, name)
+        finals[name] = out / "final"
     return finals
 
 
@@ -198,7 +228,7 @@ def evaluate(policies: dict[str, Path], problems: pl.DataFrame, sizes: Sizes, de
     )
     settings = {"backend": "hf", "device": device, "dtype": "float32"}
     gold = problems["answer"].to_list()
-    print(f"{'policy':>8} {'pass@1':>7} {'new tokens':>11} {'gen s':>7} {'tokens/s':>10}")
+    print(f"{'policy':>12} {'pass@1':>7} {'new tokens':>11} {'gen s':>7} {'tokens/s':>10}")
     for name, path in policies.items():
         backend = backend_from_settings(
             settings, str(path), batch_size=sizes.eval_batch_size, show_progress=False
@@ -215,7 +245,7 @@ def evaluate(policies: dict[str, Path], problems: pl.DataFrame, sizes: Sizes, de
         tokens = sum(c.num_tokens for c in completions)
         rewards = [task.grade(c.text, gold[c.prompt_index]).reward for c in completions]
         print(
-            f"{name:>8} {statistics.fmean(rewards):>7.3f} {tokens:>11,} {seconds:>7.2f} "
+            f"{name:>12} {statistics.fmean(rewards):>7.3f} {tokens:>11,} {seconds:>7.2f} "
             f"{tokens / seconds:>10,.0f}",
             flush=True,
         )
@@ -226,6 +256,13 @@ def main() -> None:
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--tiny", action="store_true", help="minimal sizes (a CPU check in seconds)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument(
+        "--lora-methods",
+        nargs="*",
+        default=["rredcot", "srpo"],
+        choices=list(METHODS),
+        help="methods run once more with LoRA adapters (none: no LoRA run)",
+    )
     p.add_argument("--bf16", action="store_true", help="bf16 mixed-precision training (GPU)")
     args = p.parse_args()
     if args.bf16 and args.device != "cuda":
@@ -247,9 +284,11 @@ def main() -> None:
     print(
         f"training: {sizes.steps} step(s) per method ({timing}), {sizes.prompts_per_step} "
         f"problem(s) x {sizes.num_generations} responses, <= {sizes.max_completion_length} new "
-        f"tokens; bf16 {args.bf16}"
+        f"tokens; bf16 {args.bf16}; rollouts with HF generate (use_vllm false); LoRA runs: "
+        f"{args.lora_methods or 'none'}"
     )
-    finals = train_all(base, world, args.methods, sizes, args.device, args.bf16, work)
+    runs = [(m, False) for m in args.methods] + [(m, True) for m in args.lora_methods]
+    finals = train_all(base, world, runs, sizes, args.device, args.bf16, work)
     print(
         f"evaluation: synth_id, {sizes.eval_problems} problems x {sizes.samples_per_problem} "
         f"samples, <= {sizes.eval_max_new_tokens} new tokens, hf backend"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# GPU smoke check on one CUDA GPU (about 4 minutes on an H200, stopped at 8): a quick SFT base,
-# every training method for a few steps on the GPU, an evaluation on the GPU, with throughput.
+# GPU smoke check on one CUDA GPU (stopped at 8 minutes): a quick SFT base, every training method
+# for a few steps on the GPU, RREDCoT and SRPO again with LoRA adapters (merged final/ checked),
+# an evaluation of every policy on the GPU, with throughput.
 # scripts/gpu_smoke.py does the work; its docstring lists the steps.
 #
-# vLLM is not installed on the lent GPU machine, so only the HF backend is exercised.
+# vLLM is not installed on the lent GPU machine, so this is the vLLM-less path: TRL samples with
+# HF generate (use_vllm false, MC's rollouts too) and the evaluation uses the hf backend.
 #
 #   bash scripts/gpu_smoke.sh                 # any extra arguments go to gpu_smoke.py
 #
@@ -33,7 +35,7 @@ python3 - <<'EOF'
 """The versions this run uses (pyproject.toml pins the tested ones)."""
 from importlib.metadata import PackageNotFoundError, version
 
-for name in ("torch", "transformers", "trl", "accelerate", "datasets", "polars", "vllm"):
+for name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "polars", "vllm"):
     try:
         print(f"{name} {version(name)}")
     except PackageNotFoundError:

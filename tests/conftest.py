@@ -1,11 +1,13 @@
-"""Shared fixtures: repository paths, the benchmark mirror, one torch thread, the byte tokenizer
-and tiny random Qwen3 checkpoints saved the way real ones are."""
+"""Shared fixtures: repository paths, the benchmark mirror, one torch thread, the byte tokenizer,
+tiny random Qwen3 checkpoints saved the way real ones are, and a fake vllm package."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -90,3 +92,101 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         return path
 
     return build
+
+
+def vllm_output(index, text, token_ids, finish_reason, stop_reason=None, logprobs=None):
+    """One vLLM `CompletionOutput` (the fields our backend and TRL read)."""
+    steps = None
+    if logprobs is not None:
+        steps = [
+            {t: SimpleNamespace(logprob=lp, rank=1)}
+            for t, lp in zip(token_ids, logprobs, strict=True)
+        ]
+    return SimpleNamespace(
+        index=index,
+        text=text,
+        token_ids=token_ids,
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+        logprobs=steps,
+    )
+
+
+class FakeVLLM(ModuleType):
+    """Stands in for the vllm package: records what `LLM` and `SamplingParams` were given.
+
+    Called as our `VLLMBackend` calls it (text prompts, one SamplingParams per prompt) it answers
+    every prompt with n samples that end in EOS. Called as TRL's colocated engine calls it (token
+    id prompts, one SamplingParams for all) it answers each prompt with `respond(prompt_ids,
+    sampling_kwargs)` (default: [10, EOS]) and records the prompts in `trl_calls`; TRL's weight
+    sync lands in `loaded` (parameter names)."""
+
+    EOS = 2
+
+    def __init__(self) -> None:
+        super().__init__("vllm")
+        self.llm_kwargs: list[dict] = []
+        self.sampling_kwargs: list[dict] = []
+        self.trl_calls: list[tuple[list[list[int]], dict]] = []
+        self.loaded: list[str] = []
+        self.respond: Callable[[list[int], dict], list[int]] = lambda ids, kw: [10, fake.EOS]
+        fake = self
+
+        class LLM:
+            def __init__(self, **kwargs) -> None:
+                fake.llm_kwargs.append(kwargs)
+                model = SimpleNamespace(load_weights=lambda w: fake.loaded.extend(n for n, _ in w))
+                runner = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+                self.llm_engine = SimpleNamespace(
+                    model_executor=SimpleNamespace(driver_worker=runner)
+                )
+
+            def get_tokenizer(self) -> SimpleNamespace:
+                return SimpleNamespace(eos_token_id=fake.EOS)
+
+            def reset_prefix_cache(self) -> None:
+                pass
+
+            def generate(self, prompts, sampling_params, use_tqdm=True) -> list:
+                if isinstance(sampling_params, dict):  # TRL: token ids, one SamplingParams
+                    ids = [list(p["prompt_token_ids"]) for p in prompts]
+                    fake.trl_calls.append((ids, sampling_params))
+                    outs = []
+                    for x in ids:
+                        tokens = list(fake.respond(x, sampling_params))
+                        lp = [-1.0] * len(tokens)
+                        out = vllm_output(0, "", tokens, "stop", None, lp)
+                        outs.append(SimpleNamespace(prompt_token_ids=x, outputs=[out]))
+                    return outs
+                assert len(sampling_params) == len(prompts)
+                return [
+                    SimpleNamespace(
+                        outputs=[
+                            vllm_output(
+                                s, f"p{p}s{s}", [10 + s, fake.EOS], "stop", None, [-0.5, -0.1]
+                            )
+                            for s in range(sp["n"])
+                        ]
+                    )
+                    for p, sp in enumerate(sampling_params)
+                ]
+
+        def sampling_params(**kwargs) -> dict:
+            fake.sampling_kwargs.append(kwargs)
+            return kwargs
+
+        self.LLM = LLM
+        self.SamplingParams = sampling_params
+
+
+@pytest.fixture()
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
+    """The fake vllm package, importable as `vllm` and installed where TRL's engine looks."""
+    fake = FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    from trl.generation import vllm_generation
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
+    monkeypatch.setattr(vllm_generation, "LLM", fake.LLM, raising=False)
+    monkeypatch.setattr(vllm_generation, "SamplingParams", fake.SamplingParams, raising=False)
+    return fake

@@ -10,6 +10,7 @@ checkout cannot hide jobs from the DAG.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import stat
@@ -42,6 +43,7 @@ class Job:
     threads: int = 1  # Snakemake lists `threads:` only when it is not 1
     resources: dict[str, str] = field(default_factory=dict)
     runs_something: bool = True  # False for a target rule such as `all` ("Shell command: None")
+    shell: str = ""
 
 
 def parse_jobs(listing: str) -> list[Job]:
@@ -67,6 +69,7 @@ def parse_jobs(listing: str) -> list[Job]:
             jobs[-1].resources = pairs(value)
         elif line.startswith("Shell command:"):
             jobs[-1].runs_something = value != "None"
+            jobs[-1].shell = value
     return jobs
 
 
@@ -177,6 +180,24 @@ def test_dry_run_requests_what_the_config_says(
     gpu_rules = {j.rule for j in runs if int(j.resources.get("gpu", 0)) > 0}
     assert "train_policy" in gpu_rules  # a paper-scale config trains on GPUs
     assert not cluster_calls(calls)
+    if config.name.startswith("paper_"):
+        check_official_baselines(runs)
+
+
+OFFICIAL_LORA = {"r": 64, "alpha": 64, "target_modules": "all-linear", "dropout": 0.0}
+
+
+def check_official_baselines(runs: list[Job]) -> None:
+    """METHOD.md §6: RRPO/SRPO train LoRA r = 64, α = 64 on all linear layers at lr 5e-5, on a
+    launcher other than ZeRO-3 (which refuses them); the other methods fine-tune all weights."""
+    for job in (j for j in runs if j.rule == "train_policy"):
+        params = json.loads(re.search(r"--params '([^']*)'", job.shell).group(1))
+        if job.wildcards["method"] in ("rrpo", "srpo"):
+            assert params["lora"] == OFFICIAL_LORA, job.wildcards
+            assert params["learning_rate"] == 5e-5 and params["weight_decay"] == 0.01
+            assert "zero3.yaml" not in job.shell, job.shell[:300]
+        else:
+            assert params.get("lora") is None, job.wildcards
 
 
 def slurm_profile_without_conda(tmp_path: Path) -> Path:

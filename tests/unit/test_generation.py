@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -337,53 +338,7 @@ def test_vllm_conversion_rejects_unexpected_outputs() -> None:
 # --- building a backend from a step's settings ----------------------------------------------
 
 
-class _FakeVLLM(ModuleType):
-    """Stands in for the vllm package: records what `LLM` and `SamplingParams` were given and
-    answers every prompt with n samples that end in EOS."""
-
-    EOS = 2
-
-    def __init__(self) -> None:
-        super().__init__("vllm")
-        self.llm_kwargs: list[dict] = []
-        self.sampling_kwargs: list[dict] = []
-        fake = self
-
-        class LLM:
-            def __init__(self, **kwargs) -> None:
-                fake.llm_kwargs.append(kwargs)
-
-            def get_tokenizer(self) -> SimpleNamespace:
-                return SimpleNamespace(eos_token_id=fake.EOS)
-
-            def generate(self, prompts, sampling_params, use_tqdm=True) -> list:
-                assert len(sampling_params) == len(prompts)
-                return [
-                    SimpleNamespace(
-                        outputs=[
-                            _out(s, f"p{p}s{s}", [10 + s, fake.EOS], "stop", None, [-0.5, -0.1])
-                            for s in range(sp["n"])
-                        ]
-                    )
-                    for p, sp in enumerate(sampling_params)
-                ]
-
-        def sampling_params(**kwargs) -> dict:
-            fake.sampling_kwargs.append(kwargs)
-            return kwargs
-
-        self.LLM = LLM
-        self.SamplingParams = sampling_params
-
-
-@pytest.fixture()
-def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> _FakeVLLM:
-    fake = _FakeVLLM()
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    return fake
-
-
-def test_vllm_settings_reach_llm_and_sampling_params(fake_vllm: _FakeVLLM) -> None:
+def test_vllm_settings_reach_llm_and_sampling_params(fake_vllm: Any) -> None:
     settings = {
         "backend": "vllm",
         "seed": 5,
@@ -444,7 +399,7 @@ def test_vllm_settings_reach_llm_and_sampling_params(fake_vllm: _FakeVLLM) -> No
     assert fake_vllm.sampling_kwargs[-1]["stop"] is None
 
 
-def test_vllm_defaults_without_a_vllm_block(fake_vllm: _FakeVLLM) -> None:
+def test_vllm_defaults_without_a_vllm_block(fake_vllm: Any) -> None:
     backend_from_settings({"backend": "vllm", "seed": 1}, "m")
     assert fake_vllm.llm_kwargs == [
         {
@@ -470,7 +425,7 @@ def test_vllm_defaults_without_a_vllm_block(fake_vllm: _FakeVLLM) -> None:
         ({"model": "x", "dtype": "half"}, r"evaluation\.vllm: \['dtype', 'model'\]"),
     ],
 )
-def test_bad_vllm_block_is_named(fake_vllm: _FakeVLLM, block: object, message: str) -> None:
+def test_bad_vllm_block_is_named(fake_vllm: Any, block: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         backend_from_settings({"backend": "vllm", "seed": 0, "vllm": block}, "m")
     assert fake_vllm.llm_kwargs == []  # rejected before any engine is built

@@ -301,3 +301,54 @@ def test_mc_sigma_sums_to_return_minus_first_value(model, tokenizer):
     assert (out.advantages[batch.completion_mask == 0] == 0).all()
     again = m.advantages(batch, model)  # rollouts are seeded by (seed, step, row)
     torch.testing.assert_close(out.advantages, again.advantages)
+
+
+# --- LoRA: the credit passes see the adapted policy ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rredcot", "mc"])
+def test_credit_under_lora_is_the_adapted_policys(model, tokenizer, name, monkeypatch):
+    """With `training.lora` the trainer hands the methods a peft model: RREDCoT's packed scorer
+    and MC's rollouts must run base ⊕ adapter, i.e. give what the merged weights give (and not
+    what the base gives)."""
+    import copy
+
+    from peft import get_peft_model
+
+    from rredcot.generation.hf import HFBackend
+    from rredcot.training.lora import LoraSettings
+
+    torch.manual_seed(0)  # LoRA's A init draws from the global stream
+    adapted = get_peft_model(copy.deepcopy(model), LoraSettings(r=4, alpha=8).peft_config())
+    with torch.no_grad():  # B starts at 0 (adapter = identity): give it a visible update
+        for n, p in adapted.named_parameters():
+            if ".lora_B." in n:
+                p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    merged = copy.deepcopy(adapted).merge_and_unload().eval()
+    adapted.eval()
+    rollouts = []  # MC: the token ids of every rollout, per call
+    generate = HFBackend.generate
+
+    def spy(self, prompts, params):
+        out = generate(self, prompts, params)
+        rollouts.append([c.token_ids for c in out])
+        return out
+
+    monkeypatch.setattr(HFBackend, "generate", spy)
+    blocks = {"segmentation": SegmentationConfig(num_segments=2, strategy="hybrid")}
+    if name == "mc":
+        blocks["mc"] = MCConfig(n_rollouts=2, budget=6, truncation="zero")
+    m = method(name, tokenizer, **blocks)
+    batch = make_batch(tokenizer)
+    got = m.sigmas(batch, adapted)
+    want = m.sigmas(batch, merged)
+    on_base = m.sigmas(batch, model)
+    for a, b in zip(got[0], want[0], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+    assert got[1] == want[1] and got[3] == pytest.approx(want[3], abs=1e-4)
+    if name == "mc":
+        assert rollouts[0] == rollouts[1] != rollouts[2]
+    else:  # the tiny random policy's potentials are ~1e-27: compare them relatively
+        phi0 = [out[3]["credit/phi0_mean"] for out in (got, want, on_base)]
+        assert phi0[0] == pytest.approx(phi0[1], rel=1e-3, abs=0)
+        assert phi0[0] != pytest.approx(phi0[2], rel=1e-2, abs=0)

@@ -441,3 +441,19 @@ def test_real_mirror_file_loads_clean_with_readme_row_counts(name: str):
     assert data.df["id"].n_unique() == data.df.height
     assert data.df["answer"].str.strip_chars().str.len_chars().min() > 0
     assert data.origin == f"mirror:{mirror / f'{name}.jsonl'}"
+
+
+def test_an_unpinned_dataset_is_read_with_a_warning(tmp_path, caplog):
+    """open_rs has no confirmed commit: every read says so in the log; pinned ones do not."""
+    rows = [{"problem": "P", "solution": "S \\boxed{1}", "answer": "1", "level": "Easy"}]
+    with caplog.at_level("WARNING", logger="rredcot.data.registry"):
+        load_normalized("open_rs", tmp_path, 0.0, hub_loader=FakeHub(rows=rows))
+    assert "'open_rs' is read at revision 'main' of knoveleng/open-rs" in caplog.text
+    assert "not at a pinned commit" in caplog.text
+    caplog.clear()
+    write_jsonl(tmp_path / "aime25.jsonl", [{"id": "a-1", "problem": "1+1?", "answer": "2"}])
+    with caplog.at_level("WARNING", logger="rredcot.data.registry"):
+        load_normalized("aime25", tmp_path, 0.0)
+    assert "pinned commit" not in caplog.text
+    unpinned = [s.name for s in REGISTRY.values() if not s.revision_pinned]
+    assert unpinned == ["open_rs"]  # every other registry dataset is at a 40-hex commit

@@ -38,7 +38,7 @@ from rredcot.training import (
     train_policy,
     training_rows,
 )
-from rredcot.training.curves import CurveSettings
+from rredcot.training.curves import CurveSettings, evaluate_policy
 from rredcot.training.methods import GRPOMethod, Method, MethodOutput, RolloutBatch
 from rredcot.training.methods.rredcot import RREDCoTMethod
 from rredcot.training.run import RUN_RECORD, claim_run_dir, complete_checkpoints, fingerprint
@@ -540,3 +540,62 @@ def test_the_learning_curve_evaluates_in_run_and_leaves_training_unchanged(base,
     a = load_model(tmp_path / "a" / "final").state_dict()
     b = load_model(tmp_path / "b" / "final").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- LoRA (training.lora) ------------------------------------------------------------------------
+
+
+class Weights(TrainerCallback):
+    """The policy's parameters at the start of training and after its first optimizer step."""
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self.trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 1:
+            self.after = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["grpo", "rredcot", "mc", "rrpo", "srpo"])
+def test_one_lora_step_changes_only_the_adapters(base, tmp_path, method):
+    """With `lora` every method trains the adapters alone (its credit passes run the adapted
+    policy in place); final/ is base ⊕ adapter merged, loadable as any checkpoint, and
+    final/adapter/ is the adapter, which peft loads onto the base to give the same weights."""
+    from peft import PeftModel
+
+    from rredcot.training.lora import ADAPTER_DIR
+
+    path, table = base
+    lora = {"r": 4, "alpha": 8, "target_modules": "all-linear", "dropout": 0.0}
+    extra = {"loss_type": "grpo"} if method in ("rrpo", "srpo") else {}
+    settings_ = run_settings(method, max_steps=1, save_steps=1, lora=lora, learning_rate=5e-2,
+                             prompts_per_step=4, num_generations=8, **extra)  # fmt: skip
+    weights = Weights()
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path,
+                 callbacks=[weights])  # fmt: skip
+    assert weights.trainable and all(".lora_" in n for n in weights.trainable)
+    changed = {n for n in weights.before if not torch.equal(weights.before[n], weights.after[n])}
+    assert changed, f"{method}: no adapter weight changed"
+    assert changed <= weights.trainable
+    assert any(".lora_B." in n for n in changed)  # B starts at 0: the update is no longer 0
+    row = metrics_rows(tmp_path)[0]
+    if method != "grpo":
+        assert float(row["credit/forward_tokens"]) > 0
+    assert (tmp_path / "checkpoint-1" / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / "checkpoint-1" / "model.safetensors").exists()
+    final = load_model(tmp_path / "final")  # the merged policy, as the evaluation loads it
+    base_weights = load_model(path).state_dict()
+    moved = {k for k, v in final.state_dict().items() if not torch.equal(v, base_weights[k])}
+    assert moved and all(k.endswith("proj.weight") for k in moved)  # adapted linear layers only
+    adapted = PeftModel.from_pretrained(load_model(path), tmp_path / "final" / ADAPTER_DIR)
+    merged = adapted.merge_and_unload().state_dict()
+    for k, v in final.state_dict().items():
+        torch.testing.assert_close(v, merged[k])
+    if method == "grpo":  # the learning curve evaluates the in-run (peft) policy
+        curve = CurveSettings(every=1, samples_per_problem=2, temperature=1.0, top_p=1.0,
+                              max_new_tokens=24, seed=0)  # fmt: skip
+        task = get_task("synthetic")
+        rewards = evaluate_policy(adapted, load_tokenizer(path), task, table.head(3), curve)
+        assert rewards.height == 6 and set(rewards["reward"].to_list()) <= {0.0, 1.0}

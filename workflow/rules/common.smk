@@ -196,7 +196,8 @@ def training_settings(method: str, seed: int) -> dict:
     if method in ("rrpo", "srpo"):
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
         settings.update(loss_type="grpo", kl_beta=0.0)
-    settings = merged(settings, tr["per_method"].get(method, {}))
+    own = tr["per_method"].get(method, {})
+    settings = merged(settings, {k: v for k, v in own.items() if k != "accelerate"})
     variant = {k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")}
     settings = merged(settings, variant)
     settings.update(
@@ -218,8 +219,11 @@ def training_launcher(method: str, seed: int) -> str:
     from rredcot.training.launch import accelerate_command
 
     tr = config["training"]
+    # a method may launch otherwise (e.g. RRPO/SRPO, refused under ZeRO-3, on zero2)
+    own = tr["per_method"].get(base_method(method), {})
+    launcher = own.get("accelerate", tr["accelerate"])
     argv = accelerate_command(  # port and precision matter only under accelerate launch
-        tr["accelerate"],
+        launcher,
         tr["num_processes"],
         29500 + methods_and_seeds().index((method, seed)),
         mixed_precision="bf16" if tr["bf16"] else "no",

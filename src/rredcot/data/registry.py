@@ -9,12 +9,15 @@ when that is unset or empty, the config key `data.mirror`.
 
 Revisions: a 40-hex commit where one could be confirmed from public pinned downloads of the
 same dataset (`revision_pinned=True`); otherwise the branch `main` with
-`revision_pinned=False`, so results tables can say the version was not fixed.
+`revision_pinned=False`, so results tables can say the version was not fixed, and every read of
+such a dataset logs a warning (`UNPINNED_WARNING`). knoveleng/open-rs is the one left: no commit
+of it could be confirmed offline.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +35,13 @@ ANSWER_RULES: tuple[str, ...] = ("column", "last_boxed", "gsm8k_marker")
 _SHA = re.compile(r"[0-9a-f]{40}")
 
 AnswerRule = Literal["column", "last_boxed", "gsm8k_marker"]
+
+log = logging.getLogger(__name__)
+UNPINNED_WARNING = (
+    "dataset %r is read at revision %r of %s, not at a pinned commit: its rows may change under "
+    "a rerun (source %s); pin DatasetSpec.revision in rredcot.data.registry to a 40-hex commit "
+    "once one is confirmed"
+)
 HubLoader = Callable[..., Any]  # called like datasets.load_dataset(id, name=, revision=, split=)
 
 
@@ -338,4 +348,6 @@ def load_normalized(
     """
     spec = registry_entry(name)
     source = resolve_source(spec, mirror, hub_loader)
+    if not spec.revision_pinned:
+        log.warning(UNPINNED_WARNING, spec.name, spec.revision, spec.hub_id, source.origin)
     return normalize_rows(spec, source, max_malformed_fraction)

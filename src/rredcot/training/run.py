@@ -4,9 +4,12 @@ Setup only; what a method does differently lives in `rredcot.training.methods`. 
 into `out`:
 
     checkpoint-N/        every `save_steps` steps, the last `save_total_limit` kept; a restarted
-                         run resumes from the newest complete one (trainer_state.json written)
+                         run resumes from the newest complete one (trainer_state.json written);
+                         with `lora`, the adapter weights only
     metrics.csv          one row per optimizer step (`CSV_COLUMNS` + the method's metrics)
-    final/               the trained policy and tokenizer (save_pretrained)
+    final/               the trained policy and tokenizer (save_pretrained); with `lora`, the
+                         base merged with the adapter (loads as any checkpoint) and the
+                         adapter alone in final/adapter/
     train_summary.json   settings, steps, seconds, where it resumed from
 
 A NaN or inf loss stops the run before the optimizer step (`NonFiniteLossError`); the newest
@@ -42,6 +45,7 @@ from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
+from rredcot.training.lora import LoraSettings, save_final
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 
@@ -184,6 +188,9 @@ class TrainingSettings:
     resets: ResetConfig = field(default_factory=ResetConfig)
     """RRPO/SRPO group sampling and self-localization (§6); they need loss_type grpo, kl_beta 0
     and an even num_generations (split 1×(n/2))."""
+    lora: LoraSettings | None = None
+    """Train LoRA adapters instead of all weights (the official RRPO/SRPO setup, §6); None:
+    full fine-tuning."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -290,8 +297,11 @@ class TrainingSettings:
             "rredcot": RREDCoTConfig,
             "mc": MCConfig,
             "resets": ResetConfig,
+            "lora": LoraSettings,
         }
         for name, block in blocks.items():
+            if name == "lora" and values.get(name) is None:
+                continue
             if name in values and not isinstance(values[name], block):
                 if not isinstance(values[name], Mapping):
                     raise ValueError(f"training.{name}: expected a mapping, got {values[name]!r}")
@@ -356,19 +366,23 @@ def batch_layout(settings: TrainingSettings, num_processes: int) -> tuple[int, i
 
 
 def check_collectives(settings: TrainingSettings, num_processes: int) -> None:
-    """Refuse launches where RRPO/SRPO would hang rather than fail.
+    """Refuse launches where RRPO/SRPO/MC would hang or mix up rows rather than fail.
 
-    Their rollout calls `trainer.sample` a data-dependent number of times with data-dependent
-    batch sizes; vLLM in server mode (prompts gathered over all processes) and colocated vLLM
-    with tensor parallelism (gathered over the TP group) make every call a collective, which
-    only works when all processes make the same calls. (ZeRO-3 is refused by the trainer.)
+    Their rollouts call `trainer.sample` with data-dependent batch sizes (RRPO/SRPO also a
+    data-dependent number of times; MC once per step, with as many states as its traces have);
+    vLLM in server mode (prompts gathered over all processes, the answers sliced back in equal
+    shares) and colocated vLLM with tensor parallelism (gathered over the TP group) need every
+    process to make the same calls with the same sizes. (ZeRO-3 is refused by the trainer for
+    RRPO/SRPO.)
     """
-    if settings.method not in ("rrpo", "srpo") or num_processes == 1 or not settings.use_vllm:
+    if settings.method not in ("rrpo", "srpo", "mc") or num_processes == 1:
+        return
+    if not settings.use_vllm:
         return
     if settings.vllm_mode == "server" or settings.vllm_tensor_parallel_size > 1:
         raise ValueError(
-            f"training.vllm_mode: method {settings.method!r} samples a different number of "
-            f"times on each process, so with {num_processes} processes it needs vllm_mode "
+            f"training.vllm_mode: method {settings.method!r} samples different numbers of "
+            f"rollouts on each process, so with {num_processes} processes it needs vllm_mode "
             f"'colocate' with vllm_tensor_parallel_size 1 (got {settings.vllm_mode!r}, "
             f"{settings.vllm_tensor_parallel_size}), or use_vllm false"
         )
@@ -595,7 +609,7 @@ def build_trainer(
             mc_batch_size=settings.mc_batch_size,
             resets=settings.resets,
         )
-    return CreditGRPOTrainer(
+    trainer = CreditGRPOTrainer(
         model=model,
         reward_funcs=[correctness_reward(task)],
         args=grpo_config(settings, out),  # checks the batch layout against this launch
@@ -603,7 +617,15 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=list(callbacks),
         method=method,
+        peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
+    if settings.lora is not None and _is_zero3(trainer):
+        raise ValueError(
+            "training.lora: LoRA runs are not launched under DeepSpeed ZeRO-3 here (the final "
+            "merge needs the whole weights on one process); use training.accelerate ddp or "
+            "zero2 (the adapters and their optimizer state are small)"
+        )
+    return trainer
 
 
 RUN_RECORD = "run_record.json"
@@ -739,7 +761,11 @@ def train_policy(
     # zero3_save_16bit_model). Otherwise every process holds them whole.
     state_dict = accelerator.get_state_dict(trainer.model_wrapped) if _is_zero3(trainer) else None
     if main:
-        accelerator.unwrap_model(trainer.model).save_pretrained(final, state_dict=state_dict)
+        policy = accelerator.unwrap_model(trainer.model)
+        if settings.lora is not None:
+            save_final(policy, final)  # merged weights, and the adapter in final/adapter/
+        else:
+            policy.save_pretrained(final, state_dict=state_dict)
         tokenizer.save_pretrained(final)
     summary = {
         "settings": settings.to_dict(),

@@ -42,6 +42,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from rredcot.credit.advantages import group_ids, masked_stats
+from rredcot.generation.base import Completion, SamplingParams
 from rredcot.scoring.packed import GenerationCache
 from rredcot.tasks.base import Task
 from rredcot.training.methods.base import Method, RolloutBatch
@@ -95,6 +96,72 @@ def correctness_reward(task: Task) -> Callable[..., list[float]]:
     return correctness
 
 
+class TRLEngineBackend:
+    """A `GenerationBackend` over the trainer's own vLLM engine (`use_vllm`), so that a method's
+    extra rollouts (MC's state values) are sampled where TRL samples, with the weights TRL
+    synced for this step, instead of with HF `generate` on the policy.
+
+    Each call sets the engine's sampling settings to the given `SamplingParams` (temperature,
+    top_p, budget, stop strings; no top-k, min-p or repetition penalty: samples from π as the
+    HF backend does) and restores TRL's afterwards. Prompts are tokenized as TRL tokenizes text
+    prompts. vLLM hands back token ids only, so the finish reason is read off them: the first
+    stop string in the decoded text or a closing EOS is "stop" (text cut right after the stop
+    string, the EOS dropped), `max_new_tokens` tokens without either is "length". Samples come
+    from the engine's own random stream (as TRL's rollouts do), not from per-row seeds.
+    """
+
+    def __init__(self, trainer: GRPOTrainer) -> None:
+        self.trainer = trainer
+        self.tokenizer = trainer.processing_class
+        self.eos_ids = set(trainer.eos_token_ids)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
+        if not prompts:
+            return []
+        ids = self.tokenizer(text=list(prompts))["input_ids"]
+        n = params.n
+        engine = self.trainer.vllm_generation
+        settings = {
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": 0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "max_completion_length": params.max_new_tokens,
+            "generation_kwargs": {
+                **engine.generation_kwargs,
+                "stop": list(params.stop_strings) or None,
+                "include_stop_str_in_output": True,
+            },
+        }
+        saved = {key: getattr(engine, key) for key in settings}
+        try:
+            for key, value in settings.items():
+                setattr(engine, key, value)
+            sampled = self.trainer.sample([list(x) for x in ids for _ in range(n)], n)
+        finally:
+            for key, value in saved.items():
+                setattr(engine, key, value)
+        if len(sampled) != len(ids) * n:
+            raise RuntimeError(f"vLLM engine: {len(sampled)} completions for {len(ids)} × {n}")
+        return [self._completion(i // n, i % n, tokens, params) for i, tokens in enumerate(sampled)]
+
+    def _completion(
+        self, prompt_index: int, sample_index: int, tokens: list[int], params: SamplingParams
+    ) -> Completion:
+        ids = list(tokens)
+        ended = bool(ids) and ids[-1] in self.eos_ids
+        if ended:
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        ends = [text.find(s) + len(s) for s in params.stop_strings if s in text]
+        if ends:
+            text, reason = text[: min(ends)], "stop"
+        else:
+            reason = "length" if not ended and len(ids) >= params.max_new_tokens else "stop"
+        return Completion(prompt_index, sample_index, text, ids, reason, len(ids))
+
+
 class CreditGRPOTrainer(GRPOTrainer):
     """GRPO with a method strategy for advantages (B, T) and, optionally, group sampling.
 
@@ -139,8 +206,12 @@ class CreditGRPOTrainer(GRPOTrainer):
             raise RuntimeError("rollout: the batch rows were not recorded before generation")
         return self.method.rollout(self, self._rows)
 
-    def sample(self, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
+    def sample(
+        self, prompt_ids: Sequence[Sequence[int]], num_generations: int = 1
+    ) -> list[list[int]]:
         """One completion per given prompt (token ids), drawn with TRL's generator and settings.
+        With `num_generations` n > 1 the prompts come as n consecutive copies of each (TRL's
+        layout; vLLM's server mode samples n per distinct prompt).
 
         TRL's `_generate_single_turn` picks the backend: with `use_vllm` it syncs the policy's
         weights into vLLM when the step changed and samples there (colocate: this process's
@@ -148,7 +219,9 @@ class CreditGRPOTrainer(GRPOTrainer):
         `generate` on the unwrapped policy. So the RRPO/SRPO rollouts follow vLLM as TRL's own
         sampling does.
         """
-        completion_ids, _ = self._generate_single_turn([list(p) for p in prompt_ids], None, {}, 1)
+        completion_ids, _ = self._generate_single_turn(
+            [list(p) for p in prompt_ids], None, {}, num_generations
+        )
         return [list(c) for c in completion_ids]
 
     # ---------------------------------------------------------------- generation cache
@@ -227,6 +300,7 @@ class CreditGRPOTrainer(GRPOTrainer):
             step=int(self.state.global_step),
             seed=int(self.args.seed),
             generation=self._generation[0] if len(self._generation) == 1 else None,
+            engine=TRLEngineBackend(self) if self.use_vllm else None,
         )
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

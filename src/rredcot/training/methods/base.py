@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from rredcot.generation.base import GenerationBackend
 from rredcot.scoring import token_logprobs
 from rredcot.scoring.packed import GenerationCache
 from rredcot.segmentation import SegmentationConfig, segment
@@ -47,6 +48,8 @@ class RolloutBatch:
     step: the optimizer step being prepared (for seeds); seed: the run's seed.
     generation: what HF generate computed while sampling the rows (row i = batch row i), when
     the trainer kept it for a method that `reuses_generation`; else None.
+    engine: the trainer's sampling engine as a generation backend when TRL samples with vLLM
+    (`use_vllm`), for a method's own rollouts (MC); None: the method generates on the policy.
     """
 
     rows: list[dict[str, Any]]
@@ -61,6 +64,7 @@ class RolloutBatch:
     step: int
     seed: int
     generation: GenerationCache | None = None
+    engine: GenerationBackend | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]

@@ -4,9 +4,11 @@ The one thing that differs from GRPO: each segment's signal is a difference of M
 values, σ_k = V̂(s_k) − V̂(s_{k−1}) with V̂(s_k) the mean reward of N fresh rollouts from
 s_k = x ⊕ τ_{<b_k} (at most L new tokens each) and V̂(s_K) = R (METHOD.md §5); then the same
 credit modes as RREDCoT (§4). Unbiased but expensive: K·N rollouts per completion, which is the
-cost comparison this method exists for. Rollouts come from the current policy through the HF
-generation backend, all states of all rows in one batched call (seeded per (run seed, step) and
-row position).
+cost comparison this method exists for. Rollouts come from the current policy, all states of all
+rows in one batched call with the same budget L and truncation rule whichever engine samples:
+with `training.use_vllm`, TRL's vLLM engine (the trainer's `batch.engine`, the weights TRL
+synced for this step, as RRPO/SRPO sample), else the HF generation backend on the policy
+(seeded per (run seed, step) and row position). `credit/mc_vllm` says which (1 = vLLM).
 
 Under `truncation: drop` a state whose rollouts all hit the budget has no estimate (NaN). Such a
 V̂(s_k) takes the value of the next state that has one (V̂(s_K) = R always does), so its segment
@@ -66,6 +68,7 @@ class MCMethod(Method):
         "credit/mc_rollouts",
         "credit/mc_drop_rate",
         "credit/mc_missing_states",
+        "credit/mc_vllm",
     )
 
     task: Any
@@ -85,7 +88,9 @@ class MCMethod(Method):
             policy, self.tokenizer, batch, self.segmentation, self.eos_ids
         )
         was_training = policy.training
-        backend = HFBackend(policy, self.tokenizer, self.batch_size, show_progress=False)
+        backend = batch.engine or HFBackend(
+            policy, self.tokenizer, self.batch_size, show_progress=False
+        )
         traces = []
         for s, row in zip(segs, batch.rows, strict=True):
             text = self.tokenizer.decode(s.response_ids, skip_special_tokens=True)
@@ -119,6 +124,7 @@ class MCMethod(Method):
             "credit/mc_rollouts": float(rollouts),
             "credit/mc_drop_rate": dropped / rollouts if rollouts else 0.0,
             "credit/mc_missing_states": float(missing),
+            "credit/mc_vllm": float(batch.engine is not None),
         }
         return sigmas, [s.boundaries for s in segs], tokens, metrics
 

@@ -4,11 +4,15 @@ The Snakefile validates `config` against `workflow/schemas/config.schema.yaml` b
 is built. jsonschema's raw errors are hard to read ("Failed validating 'enum' in
 schema['properties']..."), so this module reports every error as
 `config key 'evaluation.temperature': -1 is less than the minimum 0`.
+Past the schema it checks what a static schema cannot: the values of per-method and variant
+overrides (without filling in defaults) and benchmark names against this config's world splits
+and the registry. `mirror_error` and `model_path_error` check local paths for the Snakefile.
 Step scripts reuse the same check when run without Snakemake.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,8 +51,10 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
         return yaml.safe_load(fh)
 
 
-def _describe(error: ValidationError) -> str:
-    key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
+def _describe(error: ValidationError, prefix: str = "") -> str:
+    """One line for `error`; `prefix` is the key of the block a sub-validation started at."""
+    key = ".".join([prefix] * bool(prefix) + [str(p) for p in error.absolute_path])
+    key = key or "<top level>"
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     if error.validator == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
@@ -57,8 +63,11 @@ def _describe(error: ValidationError) -> str:
         )
         where = key if key != "<top level>" else "the top level"
         return f"unknown config key(s) {extra} under {where}; allowed: {allowed}"
+    choices = error.validator_value
+    if error.validator == "enum" and "propertyNames" in error.schema_path:
+        # a key name outside the list a block allows (e.g. training.per_method.<method>)
+        return f"unknown config key(s) [{error.instance!r}] under {key}; allowed: {choices}"
     if error.validator == "enum":
-        choices = error.validator_value
         return f"config key '{key}': {error.instance!r} is not allowed; choose one of {choices}"
     if error.validator == "required":
         return f"config key '{key}': {error.message}"
@@ -73,10 +82,111 @@ def validate_config(
     schema = load_schema() if schema is None else schema
     validator = _with_defaults(Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        lines = "\n  - ".join(_describe(e) for e in errors)
-        raise ConfigError(f"invalid config ({len(errors)} error(s)):\n  - {lines}")
+    messages = [_describe(e) for e in errors]
+    if not messages:  # the checks below rely on the schema's shape and filled-in defaults
+        messages = _override_errors(config, schema) + _problem_set_errors(config)
+    if messages:
+        lines = "\n  - ".join(messages)
+        raise ConfigError(f"invalid config ({len(messages)} error(s)):\n  - {lines}")
     return config
+
+
+def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """Values of `training.per_method.<m>` and of each variant, checked against the schemas of
+    the training keys they override.
+
+    The schema names the keys each method may override (`propertyNames`) but cannot check an
+    override's value without filling in defaults, which would override the shared settings; so
+    the values are checked here, without defaults. A variant takes its method's keys.
+    """
+    training = schema["properties"]["training"]["properties"]
+    allowed = {
+        method: sub["propertyNames"]["enum"]
+        for method, sub in training["per_method"]["properties"].items()
+    }
+    blocks = [
+        (f"training.per_method.{method}", method, values)
+        for method, values in config["training"]["per_method"].items()
+    ]
+    for i, variant in enumerate(config["training"]["variants"]):
+        values = {k: v for k, v in variant.items() if k not in ("name", "method")}
+        blocks.append((f"training.variants.{i}", variant["method"], values))
+    messages = []
+    for key, method, values in blocks:
+        sub = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: training[k] for k in allowed[method]},
+        }
+        found = Draft202012Validator(sub).iter_errors(values)
+        messages += [_describe(e, key) for e in sorted(found, key=lambda e: str(e.path))]
+    return messages
+
+
+def _problem_set_errors(config: Mapping[str, Any]) -> list[str]:
+    """`benchmarks` and `evaluation.per_benchmark` name only problem sets that exist: world
+    splits (from this config) and registry datasets; a typo would otherwise surface as a
+    missing input, or (per_benchmark) never."""
+    from rredcot.data.registry import KNOWN_BENCHMARKS, KNOWN_TRAINING_SETS
+
+    splits = list(config["world"]["splits"])
+    benchmarks = [*splits, *KNOWN_BENCHMARKS]
+    problem_sets = ["train", *benchmarks, *KNOWN_TRAINING_SETS]
+    messages = [
+        f"config key 'benchmarks': {name!r} is not a benchmark; choose world splits "
+        f"{splits} or registry benchmarks {list(KNOWN_BENCHMARKS)}"
+        for name in config["benchmarks"]
+        if name not in benchmarks
+    ]
+    messages += [
+        f"config key 'evaluation.per_benchmark': {name!r} is not a problem set; choose one of "
+        f"{problem_sets}"
+        for name in config["evaluation"]["per_benchmark"]
+        if name not in problem_sets
+    ]
+    return messages
+
+
+def mirror_error(config_value: str | None) -> str | None:
+    """Why the benchmark mirror ($RREDCOT_MIRROR, else `data.mirror`) cannot be read; None when
+    none is configured (only the Hub is read) or it is a directory.
+
+    A configured mirror that is missing would otherwise be noticed inside a job, after minutes of
+    trying the Hub, or not at all where the Hub answers.
+    """
+    from rredcot.data.registry import MIRROR_ENV, mirror_dir
+
+    mirror = mirror_dir(config_value)
+    if mirror is None or mirror.is_dir():
+        return None
+    fix = "point it at the benchmark mirror (a directory of <dataset>.jsonl files)"
+    if os.environ.get(MIRROR_ENV, "").strip():
+        return (
+            f"environment variable {MIRROR_ENV}: {os.environ[MIRROR_ENV]!r} ({mirror}) is not a "
+            f"directory; {fix} or unset it (then the config key 'data.mirror' is used)"
+        )
+    return (
+        f"config key 'data.mirror': {config_value!r} ({mirror}; a relative path starts from the "
+        f"working directory) is not a directory; {fix} or set it to null to read the Hub"
+    )
+
+
+def model_path_error(name_or_path: str | None) -> str | None:
+    """Why `model.name_or_path` cannot be used when it names a local path (no checkpoint there);
+    None for null (the tiny model), a Hub id, or a checkpoint directory."""
+    from rredcot.models.paths import looks_like_path
+
+    if name_or_path is None or not looks_like_path(name_or_path):
+        return None
+    path = Path(name_or_path).expanduser()
+    if (path / "config.json").is_file():
+        return None
+    what = "holds no config.json" if path.is_dir() else "does not exist"
+    return (
+        f"config key 'model.name_or_path': local path {name_or_path!r} ({path.absolute()}) "
+        f"{what}; give a checkpoint directory, a Hub id (owner/name, pinned by model.revision) "
+        "or null (the tiny model)"
+    )
 
 
 def load_config(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:

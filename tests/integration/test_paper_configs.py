@@ -122,10 +122,15 @@ def dry_run(
     cmd += ["--cores", str(CPUS), "--configfile", str(REPO / "config.yaml"), str(config)]
     if profile is not None:
         cmd += ["--profile", str(profile)]
+    # A configured mirror must exist at load time; the dry run reads no benchmark, so an empty
+    # one does (data.mirror's relative default does not resolve from the scratch directory).
+    mirror = workdir / "empty_mirror"
+    mirror.mkdir(exist_ok=True)
     full_env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "HF_HUB_OFFLINE": "1",
+        "RREDCOT_MIRROR": str(mirror),
         **(env or {}),
     }
     return subprocess.run(

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
 import polars as pl
 import pytest
 import yaml
@@ -61,6 +66,23 @@ def test_every_method_trained_and_costed(smoke_run):
     for m in METHODS:
         final = workdir / f"results/train/{m}/seed0/final"
         assert (final / "config.json").exists() and (final / "tokenizer.json").exists()
+
+
+def test_training_sees_reward_variance_and_changes_the_weights(smoke_run):
+    """The smoke base is right sometimes, so every method gets a step with reward variance and a
+    nonzero gradient, and its final weights differ from the base's (a no-op trainer fails)."""
+    from safetensors.numpy import load_file
+
+    workdir, _ = smoke_run
+    base = load_file(workdir / "results/models/base/model.safetensors")
+    for m in METHODS:
+        metrics = pl.read_csv(workdir / f"results/train/{m}/seed0/metrics.csv")
+        assert metrics["reward/std"].max() > 0, m
+        assert metrics["loss/grad_norm"].max() > 0, m
+        final = load_file(workdir / f"results/train/{m}/seed0/final/model.safetensors")
+        assert final.keys() == base.keys(), m
+        changed = [k for k in base if not np.array_equal(final[k], base[k])]
+        assert changed, f"{m}: final weights equal the base's"
 
 
 def test_learning_curves_and_the_paired_comparison(smoke_run):
@@ -142,6 +164,117 @@ def test_unknown_problem_set_or_env_stops_naming_the_key(repo, tmp_path, run_sna
     proc = run_snakemake(repo, tmp_path, "--configfile", str(bad), "-n")
     assert proc.returncode != 0
     assert f"config key '{key}'" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+
+
+NO_MIRROR_ENV = {k: v for k, v in os.environ.items() if k != "RREDCOT_MIRROR"}
+
+
+PROBES = [  # issue 12: (config lines over smoke.yaml, environment, texts the error must name)
+    pytest.param("training: {mc: {n_rolouts: 2}}", {}, ["training.mc", "'n_rollouts'"], id="mc"),
+    pytest.param(
+        "training: {per_method: {grpo: {max_stepz: 3}}}",
+        {},
+        ["training.per_method.grpo", "max_stepz", "'max_steps'"],
+        id="per_method",
+    ),
+    pytest.param(
+        "model: {arch: {hidden_sizee: 8}}",
+        {},
+        ["model.arch", "hidden_sizee", "'hidden_size'"],
+        id="arch",
+    ),
+    pytest.param(
+        "evaluation: {per_benchmark: {synth_idd: {top_p: 1.0}}}",
+        {},
+        ["config key 'evaluation.per_benchmark'", "synth_idd", "'synth_id'"],
+        id="per_benchmark",
+    ),
+    pytest.param(
+        "benchmarks: [synth_id, aime2099]",
+        {},
+        ["config key 'benchmarks'", "aime2099", "'aime24'"],
+        id="benchmarks",
+    ),
+    pytest.param(
+        "model: {name_or_path: ./models/missing}",
+        {},
+        ["config key 'model.name_or_path'", "does not exist", "or null"],
+        id="model_path",
+    ),
+    pytest.param(
+        "{benchmarks: [synth_id, aime24], data: {mirror: missing_mirror}}",
+        NO_MIRROR_ENV,
+        ["config key 'data.mirror'", "missing_mirror", "set it to null"],
+        id="mirror",
+    ),
+    pytest.param(
+        "benchmarks: [synth_id, aime24]",
+        {**os.environ, "RREDCOT_MIRROR": "/nonexistent/mirror"},
+        ["environment variable RREDCOT_MIRROR", "/nonexistent/mirror", "unset it"],
+        id="mirror_env",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "env", "named"), PROBES)
+def test_probe_config_errors_stop_at_load_time(repo, tmp_path, run_snakemake, line, env, named):
+    """Issue 12's probe list: each bad value stops `snakemake -n` while the Snakefile loads
+    (before the DAG, so never a MissingInputException or an error inside a job), naming the key
+    and what is allowed."""
+    config = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
+    update_config(config, yaml.safe_load(line))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    proc = run_snakemake(repo, tmp_path, "--configfile", str(bad), "-n", env=env or None)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Building DAG of jobs" not in out and "MissingInputException" not in out, out[-2000:]
+    for text in named:
+        assert text in out, (text, out[-2000:])
+
+
+def test_missing_mirror_stops_a_requested_table_before_any_job(repo, tmp_path, run_snakemake):
+    """A real benchmark asked for on the command line (not in `benchmarks`): the missing mirror
+    is named while the DAG is built, before any job runs."""
+    proc = run_snakemake(
+        repo, tmp_path, "results/aime24_table.csv", "--configfile",
+        str(repo / "configs/smoke.yaml"), "-n", env=NO_MIRROR_ENV,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config key 'data.mirror'" in out, out[-2000:]
+    assert "rule prepare_benchmark" in out and "MissingInputException" not in out
+
+
+def test_mirror_file_is_tracked(repo, tmp_path, mirror, run_snakemake):
+    """The mirror file a benchmark table is read from is an input of its rule: editing the file,
+    or pointing RREDCOT_MIRROR at another mirror, reruns it; an unchanged mirror does not."""
+    target = "results/data/benchmarks/aime24.parquet"
+    mirrors = {}
+    for name in ("a", "b"):
+        mirrors[name] = tmp_path / f"mirror_{name}"
+        mirrors[name].mkdir()
+        shutil.copy(mirror / "aime24.jsonl", mirrors[name] / "aime24.jsonl")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+
+    def run(mirror_dir: Path, *args: str):
+        env = {**os.environ, "RREDCOT_MIRROR": str(mirror_dir), "HF_HUB_OFFLINE": "1"}
+        smoke = str(repo / "configs/smoke.yaml")
+        proc = run_snakemake(repo, workdir, target, "--configfile", smoke, *args, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout + proc.stderr
+
+    run(mirrors["a"], "--cores", "1")
+    assert "Nothing to be done" in run(mirrors["a"], "-n")
+    assert "rule prepare_benchmark" in run(mirrors["b"], "-n")  # another mirror
+    edited = mirrors["a"] / "aime24.jsonl"
+    edited.write_text(edited.read_text().replace("\n", "\n\n", 1))  # same rows, new bytes
+    later = (workdir / target).stat().st_mtime + 5
+    os.utime(edited, (later, later))
+    assert "rule prepare_benchmark" in run(mirrors["a"], "-n")  # the file changed
+    run(mirrors["b"], "--cores", "1")
+    table = pl.read_parquet(workdir / target)
+    assert table["source"][0] == f"mirror:{mirrors['b'] / 'aime24.jsonl'}"
 
 
 def test_lint_is_clean(repo, run_snakemake):

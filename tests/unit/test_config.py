@@ -90,3 +90,120 @@ def test_a_variant_needs_a_known_method(schema, default):
     default["training"]["variants"] = [{"name": "x", "method": "ppo"}]
     with pytest.raises(ConfigError, match=r"training\.variants\.0\.method"):
         validate_config(default, schema)
+
+
+# --- issue 12: every block closed, names and paths checked at load time --------------------
+
+SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method override
+    *("methods", "seeds", "per_method", "variants", "curve", "mc"),
+    *("accelerate", "num_processes", "device", "bf16"),
+}
+METHOD_ONLY_KEYS = {
+    "credit": {"rredcot", "mc"},
+    "mc_batch_size": {"mc"},
+    "resets": {"rrpo", "srpo"},
+}
+
+
+def test_per_method_keys_are_the_training_keys_that_apply(schema):
+    """Each method's override list is exactly the training keys minus the shared ones, plus
+    the keys of that method only; a new training key has to be sorted into one of them."""
+    training = schema["properties"]["training"]["properties"]
+    per_method = training["per_method"]["properties"]
+    assert set(per_method) == set(training["methods"]["items"]["enum"])
+    run_keys = set(training) - SHARED_TRAINING_KEYS - set(METHOD_ONLY_KEYS)
+    for method, sub in per_method.items():
+        extra = {k for k, methods in METHOD_ONLY_KEYS.items() if method in methods}
+        assert set(sub["propertyNames"]["enum"]) == run_keys | extra, method
+
+
+def test_arch_keys_are_the_tiny_models_and_qwen3config_fields(schema):
+    from transformers import Qwen3Config
+
+    from rredcot.models.tiny import ALLOWED_ARCH_KEYS
+
+    arch = schema["properties"]["model"]["properties"]["arch"]
+    assert arch["additionalProperties"] is False
+    assert set(arch["properties"]) == set(ALLOWED_ARCH_KEYS)
+    fields = Qwen3Config().to_dict()
+    fields.update(fields["rope_parameters"])  # rope_theta lives there (tiny_config puts it there)
+    assert set(ALLOWED_ARCH_KEYS) <= set(fields)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"per_method": {"grpo": {"max_stepz": 3}}}, r"\['max_stepz'\] under training\.per_"),
+        (
+            {"per_method": {"grpo": {"resets": {}}}},
+            r"\['resets'\] under training\.per_method\.grpo",
+        ),
+        ({"per_method": {"ppo": {}}}, r"\['ppo'\] under training\.per_method"),
+        ({"per_method": {"mc": {"max_steps": 0}}}, r"'training\.per_method\.mc\.max_steps': 0"),
+        (
+            {"per_method": {"rredcot": {"credit": {"center": "mean"}}}},
+            r"'training\.per_method\.rredcot\.credit\.center': 'mean' is not allowed",
+        ),
+        (
+            {"variants": [{"name": "v", "method": "grpo", "credit": {"center": "group"}}]},
+            r"\['credit'\] under training\.variants\.0",
+        ),
+        (
+            {"variants": [{"name": "v", "method": "rredcot", "lr": 0.1}]},
+            r"\['lr'\] under training\.variants\.0; allowed: \[.*'learning_rate'",
+        ),
+    ],
+)
+def test_bad_per_method_or_variant_override_is_named(schema, default, change, expected):
+    default["training"].update(change)
+    with pytest.raises(ConfigError, match=expected):
+        validate_config(default, schema)
+
+
+def test_overrides_get_no_defaults_filled_in(schema, default):
+    """An override holds only what the config says; a filled-in default would override the
+    shared setting (here credit.mode) for that method."""
+    default["training"]["credit"]["mode"] = "mixed"
+    default["training"]["per_method"] = {"rredcot": {"credit": {"center": "group"}}}
+    validate_config(default, schema)
+    assert default["training"]["per_method"] == {"rredcot": {"credit": {"center": "group"}}}
+    assert default["training"]["variants"][0] == {
+        "name": "rredcot_center_group",
+        "method": "rredcot",
+        "credit": {"center": "group"},
+    }
+
+
+def test_unknown_benchmark_and_per_benchmark_names_list_the_allowed(schema, default):
+    default["benchmarks"] = ["synth_id", "aime2099"]
+    default["evaluation"]["per_benchmark"]["synth_idd"] = {"top_p": 1.0}
+    default["evaluation"]["per_benchmark"]["numina_cot"] = {"top_p": 1.0}  # a problem set
+    with pytest.raises(ConfigError) as err:
+        validate_config(default, schema)
+    msg = str(err.value)
+    assert "2 error(s)" in msg
+    assert "config key 'benchmarks': 'aime2099'" in msg and "'synth_ood'" in msg
+    assert "'evaluation.per_benchmark': 'synth_idd'" in msg and "'aime24'" in msg
+
+
+def test_mirror_error_names_the_key_or_the_variable(monkeypatch, tmp_path):
+    from rredcot.config import mirror_error
+
+    monkeypatch.delenv("RREDCOT_MIRROR", raising=False)
+    assert mirror_error(None) is None  # no mirror: the Hub
+    assert mirror_error(str(tmp_path)) is None
+    assert "config key 'data.mirror'" in mirror_error(str(tmp_path / "gone"))
+    monkeypatch.setenv("RREDCOT_MIRROR", str(tmp_path / "gone"))
+    msg = mirror_error(str(tmp_path))  # the variable wins over the key
+    assert msg is not None and msg.startswith("environment variable RREDCOT_MIRROR")
+
+
+def test_model_path_error_only_for_local_paths_without_a_checkpoint(tmp_path):
+    from rredcot.config import model_path_error
+
+    assert model_path_error(None) is None
+    assert model_path_error("Qwen/Qwen3-4B") is None  # a Hub id: checked when fetched
+    assert "does not exist" in model_path_error(str(tmp_path / "gone"))
+    assert "holds no config.json" in model_path_error(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    assert model_path_error(str(tmp_path)) is None

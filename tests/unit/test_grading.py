@@ -133,6 +133,33 @@ def test_empty_gold_is_rejected(bad: str | None) -> None:
         verify_math("\\boxed{1}", bad)  # type: ignore[arg-type]
 
 
+def test_none_response_is_a_clear_error_in_every_grader() -> None:
+    """A missing response is refused like an empty gold (never a bare TypeError, never a 0)."""
+    import polars as pl
+
+    from rredcot.evaluation.grading import grade_generations
+    from rredcot.tasks import get_task
+
+    with pytest.raises(ValueError, match="response of pair 1 must be a string.*NoneType"):
+        grade_many([("\\boxed{1}", "1"), (None, "1")])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="response must be a string.*NoneType"):
+        get_task("synthetic").grade(None, "1")  # type: ignore[arg-type]
+    generations = pl.DataFrame(
+        {
+            "problem_id": ["p1", "p1"],
+            "sample_index": [0, 1],
+            "method": ["base", "base"],
+            "seed": [0, 0],
+            "num_tokens": [3, 0],
+            "finish_reason": ["stop", "stop"],
+            "text": ["\\boxed{1}", None],
+        }
+    )
+    problems = pl.DataFrame({"id": ["p1"], "answer": ["1"]})
+    with pytest.raises(ValueError, match=r"1 generation\(s\) have no text.*\('p1', 1\)"):
+        grade_generations(generations, problems, get_task("math"), show_progress=False)
+
+
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         verify_math("\\boxed{1}", "1", timeout_s=0)

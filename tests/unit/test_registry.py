@@ -230,6 +230,24 @@ def test_malformed_rows_are_counted_listed_and_excluded(tmp_path):
     assert "duplicate id (first at row 0)" in reasons["ok-1"]
 
 
+def test_undecodable_row_is_a_malformed_row_with_its_line_number(tmp_path):
+    """Invalid UTF-8 in one line goes through the malformed-row accounting, not a raw
+    UnicodeDecodeError: the other rows load, and past the threshold the error names the row."""
+    good = [{"id": f"ok-{i}", "problem": "P", "answer": str(i)} for i in range(3)]
+    path = write_jsonl(tmp_path / "aime24.jsonl", good)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines.insert(1, b'{"id": "latin1", "problem": "caf\xe9", "answer": "1"}\n')
+    path.write_bytes(b"".join(lines))
+    data = load_normalized("aime24", tmp_path, max_malformed_fraction=1.0)
+    assert data.n_raw == 4
+    assert data.df["id"].to_list() == ["ok-0", "ok-1", "ok-2"]
+    [(row_id, reason)] = data.malformed
+    assert row_id == "aime24-1"
+    assert reason.startswith("line 2: not valid UTF-8")
+    with pytest.raises(MalformedRowsError, match=r"1 of 4 rows malformed.*aime24-1"):
+        load_normalized("aime24", tmp_path, max_malformed_fraction=0.0)
+
+
 def test_fraction_threshold_raises_naming_the_rows(tmp_path):
     _messy_mirror(tmp_path)
     with pytest.raises(MalformedRowsError) as info:

@@ -14,10 +14,18 @@ if SRC not in sys.path:
 # where the package is not installed.
 shell.prefix(f'export PYTHONPATH="{SRC}${{{{PYTHONPATH:+:$PYTHONPATH}}}}"; ')
 
-from rredcot.config import load_schema, validate_config  # noqa: E402
+from rredcot.config import (  # noqa: E402
+    ConfigError,
+    load_schema,
+    mirror_error,
+    model_path_error,
+    validate_config,
+)
 from rredcot.data.registry import (  # noqa: E402
     KNOWN_BENCHMARKS,
     KNOWN_TRAINING_SETS,
+    REGISTRY,
+    mirror_dir,
     registry_entry,
 )
 
@@ -128,6 +136,38 @@ for _key, _name in (
         problem_table(_name)
     except ValueError as err:
         raise ValueError(f"config key '{_key}': {err}") from None
+
+
+# Local paths stop the run here, before any job: the model directory, and the benchmark mirror
+# when the config's own targets read a registry dataset (a registry table asked for on the
+# command line is checked by `mirror_input`, still before any job runs).
+_registry_used = [
+    n
+    for n in (
+        *config["benchmarks"],
+        TRAIN_DATA,
+        *[config["studies"]["split"]] * config["studies"]["enabled"],
+    )
+    if n in REGISTRY
+]
+for _error in (
+    model_path_error(config["model"]["name_or_path"]),
+    mirror_error(config["data"]["mirror"]) if _registry_used else None,
+):
+    if _error is not None:
+        raise ConfigError(_error)
+
+
+def mirror_input(name: str) -> dict[str, str]:
+    """`<mirror>/<name>.jsonl` as the input `mirror` when the mirror holds it (without it the Hub
+    is read): editing the file, or pointing RREDCOT_MIRROR or data.mirror at another mirror,
+    reruns the rule and everything built from its table."""
+    error = mirror_error(config["data"]["mirror"])
+    if error is not None:
+        raise ConfigError(error)
+    mirror = mirror_dir(config["data"]["mirror"])
+    path = None if mirror is None else mirror / f"{name}.jsonl"
+    return {"mirror": str(path)} if path is not None and path.is_file() else {}
 
 
 def task_of(name: str) -> str:

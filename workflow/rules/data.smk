@@ -25,6 +25,8 @@ rule synthetic_world:
 
 
 rule prepare_benchmark:
+    input:
+        unpack(lambda w: mirror_input(w.benchmark)),
     output:
         table="results/data/benchmarks/{benchmark}.parquet",
     log:
@@ -48,6 +50,8 @@ rule prepare_benchmark:
 
 
 rule prepare_training_set:
+    input:
+        unpack(lambda w: mirror_input(w.dataset)),
     output:
         table="results/data/train/{dataset}.parquet",
     log:

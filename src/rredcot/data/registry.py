@@ -260,13 +260,24 @@ class ResolvedSource:
 
 
 def read_mirror_file(path: Path) -> tuple[RawRow, ...]:
-    """One RawRow per non-blank line; a line that is not a JSON object is kept as an error."""
+    """One RawRow per non-blank line; a line that is not a JSON object is kept as an error.
+
+    Lines are decoded one at a time, so a line that is not valid UTF-8 becomes a malformed row
+    naming its line number instead of aborting the whole file.
+    """
     rows: list[RawRow] = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            index = len(rows)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                byte = exc.start + 1
+                reason = f"line {line_no}: not valid UTF-8 ({exc.reason} at byte {byte})"
+                rows.append(RawRow(index, None, reason))
+                continue
             if not line.strip():
                 continue
-            index = len(rows)
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:

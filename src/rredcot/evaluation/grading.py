@@ -15,12 +15,20 @@ def grade_generations(
 
     For the synthetic world the per-step checker also records `first_error` (1-based index of the
     first erroneous step, null for a fully correct response), used later for error localization.
-    Every generation must belong to a problem of the table; an unknown id is an error, not a drop.
+    Every generation must belong to a problem of the table and have a text; an unknown id or a
+    null text is an error, not a drop or a 0.
     """
     gold = dict(zip(problems["id"].to_list(), problems["answer"].to_list(), strict=True))
     unknown = sorted(set(generations["problem_id"].to_list()) - set(gold))
     if unknown:
         raise ValueError(f"generations for problem ids not in the benchmark: {unknown[:20]}")
+    missing = generations.filter(pl.col("text").is_null())
+    if missing.height:
+        shown = missing.select("problem_id", "sample_index").head(20).rows()
+        raise ValueError(
+            f"{missing.height} generation(s) have no text (null), e.g. (problem_id, "
+            f"sample_index) {shown}: the generations table is broken; regenerate it"
+        )
     programs = None
     if task.name == "synthetic":
         from rredcot.data.synthetic import check_response

@@ -17,21 +17,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rredcot.models.paths import looks_like_path
+
 DTYPES: dict[str, torch.dtype | str] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
     "auto": "auto",
 }
-
-
-def looks_like_path(name_or_path: str) -> bool:
-    """A Hub id is `name` or `owner/name`; anything else (or anything on disk) is a path."""
-    return (
-        Path(name_or_path).exists()
-        or name_or_path.startswith((".", "/", "~"))
-        or name_or_path.count("/") > 1
-    )
 
 
 def _unavailable(name_or_path: str, err: Exception) -> OSError:

@@ -24,6 +24,21 @@ class Grade:
         return 1.0 if self.correct else 0.0
 
 
+def require_text(response: object, where: str) -> str:
+    """`response` itself when it is a string; else a ValueError naming `where`.
+
+    A missing response (None) is a broken generation table or caller, not a wrong answer:
+    grading it 0 would hide the fault in the pass rates, so every grader refuses it the way it
+    refuses an empty gold answer.
+    """
+    if not isinstance(response, str):
+        raise ValueError(
+            f"{where} must be a string (the generated text), got {type(response).__name__} "
+            f"{response!r:.80}"
+        )
+    return response
+
+
 class Task(Protocol):
     """A task format (METHOD.md §1): answer trigger A, closing text, extraction, verifier."""
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from rredcot.tasks.base import Grade
+from rredcot.tasks.base import Grade, require_text
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,8 @@ def grade_many(
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     pairs = list(pairs)
-    for i, (_, gold) in enumerate(pairs):
+    for i, (response, gold) in enumerate(pairs):
+        require_text(response, f"response of pair {i}")
         if not isinstance(gold, str) or not gold.strip():
             raise ValueError(f"gold answer of pair {i} must be a non-empty string, got {gold!r}")
     preds = [extract_last_boxed(response) for response, _ in pairs]

@@ -18,7 +18,7 @@ from rredcot.data.synthetic import (
     check_response,
     extract_answer,
 )
-from rredcot.tasks.base import Grade
+from rredcot.tasks.base import Grade, require_text
 
 __all__ = ["StepCheck", "SyntheticTask", "check_response", "extract_answer"]
 
@@ -44,7 +44,7 @@ class SyntheticTask:
 
     def grade(self, response: str, gold: str) -> Grade:
         """Exact match of the last answer line's value with `gold`."""
-        extracted = extract_answer(response)
+        extracted = extract_answer(require_text(response, "response"))
         if extracted is None:
             return Grade(False, None, "no_answer")
         return Grade(extracted == gold.strip(), extracted)

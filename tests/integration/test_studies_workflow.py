@@ -34,32 +34,52 @@ def test_every_artifact_has_its_figure(studies_run):
 def test_estimator_agreement(studies_run):
     table = pl.read_csv(studies_run / "results" / "estimator_agreement.csv")
     assert {
+        "target",
+        "aggregation",
         "estimator",
         "family",
-        "spearman_mean",
+        "rho",
         "ci95_low",
         "ci95_high",
-        "n_defined",
-        "n_undefined",
+        "diff_vs_reference",
+        "diff_ci95_low",
+        "diff_ci95_high",
+        "verdict",
+        "disattenuated",
+        "reliability",
+        "ceiling",
+        "n_traces",
+        "n_flat_estimate",
         "forward_tokens_per_trace",
         "seconds_per_trace",
+        "cost_basis",
     } <= set(table.columns)
     names = set(table["estimator"].to_list())
-    assert {"mc_n1", "mc_n2", "loo", "shapley", "grad_x_input", "attention"} <= names
+    assert {"mc_n1", "mc_n2", "loo", "shapley", "grad_x_input", "attention", "null_R_only"} <= names
     assert {f"rredcot_{v}" for v in ("ref_suffix_sum", "ref_path_ratio")} <= names
-    assert "ground_truth_split_half" in names
-    defined = table.filter(pl.col("n_defined") > 0)
-    for row in defined.iter_rows(named=True):
-        assert -1.0 <= row["ci95_low"] <= row["spearman_mean"] <= row["ci95_high"] <= 1.0
-    assert (table["n_defined"] + table["n_undefined"] == table["n_traces"]).all()
-    costed = table.filter(pl.col("family") != "ground_truth")
+    assert "rredcot_ref_suffix_sum_joint" in names
+    assert not any(n.endswith("_other_path") for n in names)  # localization only
+    for _, part in table.group_by(["target", "aggregation"]):
+        # one common set per target: every estimator on the same traces
+        assert part["n_traces"].n_unique() == 1
+        assert (part["verdict"] == "reference").sum() == 1
+    for row in table.iter_rows(named=True):
+        if row["n_traces"] >= 2 and row["ci95_low"] == row["ci95_low"]:
+            assert -1.0 <= row["ci95_low"] <= row["rho"] <= row["ci95_high"] <= 1.0
+    attributions = table.filter(pl.col("family") == "attribution")
+    assert set(attributions["target"]) == {"credits"}  # attributions have no state values
+    costed = table.filter(~pl.col("family").is_in(["ground_truth", "null"]))
     assert (costed["forward_tokens_per_trace"] > 0).all()
+    match = pl.read_csv(studies_run / "results" / "estimator_cost_match.csv")
+    assert {"target", "aggregation", "n_equal", "token_ratio", "note"} <= set(match.columns)
+    study_set = pl.read_csv(studies_run / "results" / "study_set.csv")
+    assert study_set["kept"].all() and study_set["n_traces"].sum() == 16
 
 
 def test_attribution_correlation_matrix(studies_run):
     m = pl.read_csv(studies_run / "results" / "attribution_correlation.csv")
     names = m["estimator"].to_list()
-    assert names[0] == "ground_truth" and m.columns == ["estimator", *names]
+    assert names[0] == "ground_truth" and m.columns == ["estimator", *names, "n_traces"]
     values = m.select(names).to_numpy()
     finite = values[~pl.Series(values.ravel()).is_nan().to_numpy().reshape(values.shape)]
     assert ((finite >= -1 - 1e-9) & (finite <= 1 + 1e-9)).all()
@@ -67,16 +87,17 @@ def test_attribution_correlation_matrix(studies_run):
 
 def test_error_localization(studies_run):
     table = pl.read_csv(studies_run / "results" / "error_localization.csv")
-    random = table.filter(pl.col("estimator") == "random").row(0, named=True)
-    if random["n_traces"] > 0:
-        # exact expectation 1/K per trace; the smoke's K is at most 4
+    assert {"all_incorrect", "agreement_incorrect"} <= set(table["trace_set"])
+    for _, part in table.group_by("trace_set"):
+        assert part["n_traces"].n_unique() == 1  # one common set per trace set
+        random = part.filter(pl.col("estimator") == "random").row(0, named=True)
         assert random["top1"] == pytest.approx(1 / random["mean_num_segments"], rel=0.5)
-        assert 1 / 4 <= random["top1"] <= 1.0
     for col in ("top1", "within_one"):
         values = table[col].drop_nans().drop_nulls()
         assert ((values >= 0) & (values <= 1)).all()
     assert (table["within_one"].fill_nan(1) >= table["top1"].fill_nan(0)).all()
-    assert "ground_truth" in table["estimator"].to_list()
+    agreement = table.filter(pl.col("trace_set") == "agreement_incorrect")
+    assert {"ground_truth", "mc_n1", "rredcot_ref_suffix_sum"} <= set(agreement["estimator"])
 
 
 def test_mc_truncation(studies_run):
@@ -101,8 +122,10 @@ def test_segmentation_sweep(studies_run):
         "hybrid_k4",
     ]
     assert (table["mean_num_segments"] <= table["requested_segments"]).all()
-    rho = table["spearman_mean"].drop_nans().drop_nulls()
-    assert ((rho >= -1) & (rho <= 1)).all()
+    for col in ("credits_rho", "values_rho"):
+        rho = table[col].drop_nans().drop_nulls()
+        assert ((rho >= -1) & (rho <= 1)).all()
+    assert (table["n_mid_line_states"] <= table["n_states"]).all()
 
 
 def test_references_cover_every_training_problem(studies_run):

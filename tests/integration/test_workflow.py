@@ -152,7 +152,7 @@ def test_bad_config_stops_naming_the_key(repo, tmp_path, run_snakemake):
     ("line", "key"),
     [
         ("data: {train: gsm8kk}", "data.train"),  # neither a world table nor a training set
-        ("studies: {split: nowhere}", "studies.split"),
+        ("studies: {split: nowhere, pool: null}", "studies.split"),
         ("conda_env: envs/missing.yaml", "conda_env"),
     ],
 )

@@ -96,8 +96,8 @@ def test_a_variant_needs_a_known_method(schema, default):
 
 SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method override
     *("methods", "seeds", "per_method", "variants", "curve", "mc"),
-    *("accelerate", "num_processes", "device", "bf16"),
-}
+    *("num_processes", "device", "bf16"),
+}  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
     "credit": {"rredcot", "mc"},
     "mc_batch_size": {"mc"},

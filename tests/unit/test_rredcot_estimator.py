@@ -30,6 +30,7 @@ from rredcot.credit.rredcot import (
     join_at_state,
     rredcot_credit,
     rredcot_credit_batch,
+    rredcot_variants_batch,
     split_lines,
     state_kinds,
     value_estimate,
@@ -864,3 +865,39 @@ def test_pruned_credit_is_within_its_bound_and_cheaper(model, tokenizer):
 def test_pruning_config_rejects_bad_values(kwargs, field):
     with pytest.raises(ValueError, match=field):
         RREDCoTConfig(**kwargs)
+
+
+def test_variants_from_one_pass_equal_each_variant_alone(model, tokenizer):
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    traces = [
+        Trace(*_trace(tokenizer, SOLUTION), ref, 1.0),
+        Trace(*_trace(tokenizer, WRONG), ref, 0.0),
+    ]
+    variants = {
+        f"{v}/{a}": RREDCoTConfig(value=v, answer_now=a, prune_nats=None)
+        for v in sorted(VALUE_VARIANTS)
+        for a in ("conditional", "joint")
+    }
+    shared = rredcot_variants_batch(model, tokenizer, task, traces, variants)
+    assert list(shared) == list(variants)
+    for name, cfg in variants.items():
+        alone = rredcot_credit_batch(model, tokenizer, task, traces, cfg)
+        for got, want in zip(shared[name], alone, strict=True):
+            torch.testing.assert_close(got.sigma, want.sigma, atol=1e-9, rtol=1e-7)
+            torch.testing.assert_close(got.phi, want.phi, atol=1e-9, rtol=1e-7)
+    # one pass costs more than the cheapest variant alone and less than all of them
+    total_alone = sum(
+        sum(r.forward_tokens for r in rredcot_credit_batch(model, tokenizer, task, traces, c))
+        for c in variants.values()
+    )
+    one = sum(r.forward_tokens for r in next(iter(shared.values())))
+    assert one < total_alone / 4
+    with pytest.raises(ValueError, match="one scoring pass"):
+        rredcot_variants_batch(
+            model,
+            tokenizer,
+            task,
+            traces,
+            {"a": RREDCoTConfig(join="line"), "b": RREDCoTConfig(join="verbatim")},
+        )

@@ -20,7 +20,15 @@ from hypothesis import strategies as st
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rredcot.credit.mc import TRUNCATION, mc_state_values
-from rredcot.data.synthetic import Program, Step
+from rredcot.data.synthetic import (
+    Program,
+    SplitSpec,
+    Step,
+    WorldConfig,
+    check_response,
+    make_study_pool,
+    make_world,
+)
 from rredcot.generation import Completion, SamplingParams
 from rredcot.generation.hf import HFBackend
 from rredcot.models.tokenizer import build_byte_tokenizer
@@ -28,22 +36,28 @@ from rredcot.reporting import figures
 from rredcot.segmentation import SegmentationConfig
 from rredcot.studies import rollouts as rollouts_module
 from rredcot.studies.agreement import (
+    NULL,
     agreement_table,
+    common_set,
     correlation_matrix,
-    matching_mc_n,
-    per_trace_spearman,
-    pooled_spearman,
-    undefined_reason,
+    cost_match,
+    null_estimates,
 )
+from rredcot.studies.estimators import ESTIMATE_SCHEMA
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
 from rredcot.studies.localization import localization_table, true_segments
 from rredcot.studies.metrics import (
     argmin_set,
+    average_ranks,
     bootstrap_mean_ci,
+    ceiling,
+    disattenuate,
     localization_hits,
     random_localization,
     rankdata,
     spearman,
+    spearman_brown,
+    spearman_flat0,
 )
 from rredcot.studies.rollouts import (
     ROLLOUT_SCHEMA,
@@ -59,7 +73,14 @@ from rredcot.studies.segmentations import (
     sweep_configs,
 )
 from rredcot.studies.sweep import sweep_table
-from rredcot.studies.traces import error_char, sample_traces, token_texts
+from rredcot.studies.traces import (
+    error_char,
+    sample_traces,
+    select_study_set,
+    token_texts,
+    wilson_interval,
+    with_other_path_references,
+)
 from rredcot.studies.truncation import truncation_table
 from rredcot.tasks import get_task
 
@@ -140,7 +161,11 @@ def test_random_localization_exact_expectation() -> None:
 # --- agreement and correlation ------------------------------------------------------------------
 
 
-def _estimates(rows: list[tuple[int, str, list[float]]], family: str = "mc") -> pl.DataFrame:
+def _estimates(
+    rows: list[tuple[int, str, list[float]]],
+    family: str = "mc",
+    values: dict[tuple[int, str], list[float]] | None = None,
+) -> pl.DataFrame:
     return pl.DataFrame(
         {
             "trace_index": [r[0] for r in rows],
@@ -148,11 +173,13 @@ def _estimates(rows: list[tuple[int, str, list[float]]], family: str = "mc") -> 
             "family": [family] * len(rows),
             "n_rollouts": [None] * len(rows),
             "sigma": [r[2] for r in rows],
+            "values": [(values or {}).get((r[0], r[1])) for r in rows],
             "forward_tokens": [100] * len(rows),
             "backward_tokens": [0] * len(rows),
             "seconds": [0.5] * len(rows),
+            "cost_basis": ["own pass"] * len(rows),
         },
-        schema_overrides={"n_rollouts": pl.Int64, "sigma": pl.List(pl.Float64)},
+        schema=ESTIMATE_SCHEMA,
     )
 
 
@@ -160,75 +187,198 @@ GT = pl.DataFrame(
     {
         "trace_index": [0, 1, 2],
         "sigma": [[0.1, 0.5, -0.3], [0.0, 0.0, 0.0], [0.2, -0.2, 0.4]],
+        "values": [[0.2, 0.3, 0.8], [0.5, 0.5, 0.5], [0.1, 0.3, 0.1]],
     }
 )
 
 
-def test_undefined_reasons() -> None:
-    assert undefined_reason([1.0], [2.0]) == "single_segment"
-    assert undefined_reason([1.0, float("nan")], [1.0, 2.0]) == "missing"
-    assert undefined_reason([1.0, 2.0], [0.0, 0.0]) == "flat_ground_truth"
-    assert undefined_reason([1.0, 1.0], [0.0, 1.0]) == "flat_estimate"
-    assert undefined_reason([1.0, 2.0], [0.0, 1.0]) is None
+def test_spearman_flat0_scores_a_flat_vector_zero() -> None:
+    assert spearman_flat0([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0
+    assert spearman_flat0([1.0, 2.0, 3.0], [2.0, 4.0, 9.0]) == pytest.approx(1.0)
+    assert spearman_flat0([3.0, 2.0, 1.0], [1.0, 2.0, 3.0]) == pytest.approx(-1.0)
+    assert math.isnan(spearman_flat0([1.0], [2.0]))
+    assert math.isnan(spearman_flat0([1.0, float("nan")], [1.0, 2.0]))
+    assert np.allclose(average_ranks(np.array([10.0, 30.0, 20.0, 20.0])), [1, 4, 2.5, 2.5])
 
 
-def test_agreement_table_hand_computed() -> None:
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=2, max_size=12))
+def test_spearman_flat0_matches_spearman_where_defined(pairs: list[tuple[int, int]]) -> None:
+    x, y = [float(a) for a, _ in pairs], [float(b) for _, b in pairs]
+    ref = spearman(x, y)
+    assert spearman_flat0(x, y) == pytest.approx(0.0 if math.isnan(ref) else ref)
+
+
+def test_spearman_brown_and_the_ceiling_on_a_known_case() -> None:
+    # Two halves correlating 0.5: the full-length reliability is 2·0.5/1.5 = 2/3, ceiling √(2/3).
+    assert spearman_brown(0.5) == pytest.approx(2 / 3)
+    assert ceiling(spearman_brown(0.5)) == pytest.approx(math.sqrt(2 / 3))
+    assert spearman_brown(1.0) == 1.0 and spearman_brown(0.0) == 0.0
+    assert spearman_brown(0.25, factor=4) == pytest.approx(1 / 1.75)
+    assert math.isnan(ceiling(-0.1)) and math.isnan(ceiling(float("nan")))
+    assert disattenuate(0.4, 0.64) == pytest.approx(0.5)
+    # Simulated: a true signal plus independent noise in two halves; the stepped-up split half
+    # predicts the correlation of the full average with the truth, squared.
+    rng = np.random.default_rng(0)
+    truth = rng.normal(size=200_000)
+    a = truth + rng.normal(scale=1.5, size=truth.size)
+    b = truth + rng.normal(scale=1.5, size=truth.size)
+    r_half = np.corrcoef(a, b)[0, 1]
+    r_full = np.corrcoef((a + b) / 2, truth)[0, 1]
+    assert ceiling(spearman_brown(r_half)) == pytest.approx(r_full, abs=0.01)
+
+
+def test_common_set_drops_a_trace_for_everyone_or_no_one() -> None:
+    truth = {
+        0: np.array([0.1, 0.5, -0.3]),
+        1: np.array([0.0, 0.0, 0.0]),  # flat ground truth: out for all
+        2: np.array([0.2, -0.2, 0.4]),
+        3: np.array([0.3]),  # one entry: out for all
+        4: np.array([0.1, np.nan]),  # missing ground truth: out for all
+        5: np.array([0.1, 0.2]),
+    }
+    est = {
+        "a": {t: np.array([1.0] * v.size) for t, v in truth.items()},  # flat everywhere: scored
+        "b": {0: np.array([1.0, 2.0, 0.0]), 2: np.array([0.0, 1.0, 2.0]), 5: np.array([np.nan, 1])},
+    }
+    common = common_set(truth, est)
+    assert common.traces == [0, 2]  # b has no finite estimate of trace 5: out for a as well
+    assert common.excluded == {
+        "single_entry": 1,
+        "missing_ground_truth": 1,
+        "flat_ground_truth": 1,
+        "missing_estimate": 1,
+    }
+
+
+def test_agreement_table_hand_computed_and_paired() -> None:
     est = _estimates(
         [
             (0, "good", [1.0, 2.0, 0.0]),  # same order as σ_gt: ρ = 1
-            (1, "good", [1.0, 2.0, 3.0]),  # flat σ_gt: undefined
+            (1, "good", [1.0, 2.0, 3.0]),  # flat σ_gt: out of the common set for everyone
             (2, "good", [0.0, -1.0, 5.0]),  # same order: ρ = 1
-            (0, "bad", [2.0, 1.0, 3.0]),  # reversed order of trace 0: ρ = −1
-            (1, "bad", [1.0, 1.0, 1.0]),
-            (2, "bad", [1.0, 1.0, 1.0]),  # flat estimate
-        ]
+            (0, "flat", [2.0, 1.0, 3.0]),  # reversed order of trace 0: ρ = −1
+            (1, "flat", [1.0, 1.0, 1.0]),
+            (2, "flat", [1.0, 1.0, 1.0]),  # flat estimate: scored 0, not dropped
+        ],
+        values={
+            (0, "good"): [0.0, 1.0, 2.0],
+            (1, "good"): [0.0, 1.0, 2.0],
+            (2, "good"): [0.0, 1.0, 0.0],
+            (0, "flat"): [0.5, 0.5, 0.5],
+            (1, "flat"): [0.5, 0.5, 0.5],
+            (2, "flat"): [0.5, 0.5, 0.5],
+        },
     )
-    table = agreement_table(est, GT, resamples=200, seed=0)
-    good = table.filter(pl.col("estimator") == "good").row(0, named=True)
-    bad = table.filter(pl.col("estimator") == "bad").row(0, named=True)
-    assert good["spearman_mean"] == pytest.approx(1.0)
-    assert (good["n_defined"], good["undefined_flat_ground_truth"]) == (2, 1)
-    assert bad["spearman_mean"] == pytest.approx(-1.0)
-    assert (bad["n_defined"], bad["undefined_flat_estimate"]) == (1, 1)
-    assert bad["spearman_mean_flat_as_zero"] == pytest.approx(-0.5)  # (−1 + 0) / 2
-    assert good["spearman_mean_flat_as_zero"] == pytest.approx(1.0)
+    halves = (GT, GT)  # identical halves: split-half 1, reliability 1, ceiling 1
+    table = agreement_table(est, GT, halves, reference="good", resamples=300, seed=0)
+    row = {(r["target"], r["aggregation"], r["estimator"]): r for r in table.iter_rows(named=True)}
+    good, flat = row["credits", "per_trace", "good"], row["credits", "per_trace", "flat"]
+    assert good["rho"] == pytest.approx(1.0) and good["n_traces"] == 2
+    assert good["excluded_flat_ground_truth"] == 1
+    assert flat["rho"] == pytest.approx(-0.5)  # (−1 + 0) / 2: the flat trace counts as 0
+    assert flat["n_flat_estimate"] == 1
+    assert flat["diff_vs_reference"] == pytest.approx(-1.5)
+    assert flat["diff_ci95_high"] < 0 and flat["verdict"] == "worse"
+    assert good["verdict"] == "reference"
+    assert good["ceiling"] == pytest.approx(1.0) and good["reliability"] == pytest.approx(1.0)
     assert good["forward_tokens_per_trace"] == 100 and good["seconds_per_trace"] == 0.5
-    rho = per_trace_spearman(est, GT)
-    assert rho.filter(pl.col("reason").is_null()).height == 3
+    # values: trace 1's V_gt is flat (out); trace 0 same order (1), trace 2 [0,1,0] vs
+    # [0.1,0.3,0.1] same order (1); the flat estimate scores 0 on both
+    assert row["values", "per_trace", "good"]["rho"] == pytest.approx(1.0)
+    assert row["values", "per_trace", "flat"]["rho"] == 0.0
+    assert row["values", "pooled", "flat"]["rho"] == 0.0
+    pooled = row["credits", "pooled", "good"]["rho"]
+    assert pooled == pytest.approx(spearman([1.0, 2.0, 0.0, 0.0, -1.0, 5.0], GT_POOLED))
 
 
-def test_pooled_spearman_skips_traces_with_nan() -> None:
-    pairs = [([1.0, 2.0], [1.0, 2.0]), ([float("nan"), 0.0], [5.0, 6.0]), ([3.0, 4.0], [3.0, 4.0])]
-    assert pooled_spearman(pairs) == pytest.approx(1.0)
+GT_POOLED = [0.1, 0.5, -0.3, 0.2, -0.2, 0.4]
 
 
-def test_matching_mc_n_interpolates_in_log2() -> None:
+def test_agreement_paired_ci_is_narrower_than_the_unpaired_one() -> None:
+    # Two estimators that share most of their per-trace variation: their difference is known
+    # much better than either mean.
+    rng = np.random.default_rng(1)
+    rows, truth = [], []
+    for t in range(60):
+        g = rng.normal(size=6)
+        truth.append(g.tolist())
+        noise = rng.normal(scale=2.0, size=6)
+        rows.append((t, "a", (g + noise).tolist()))
+        rows.append((t, "b", (g + noise + rng.normal(scale=0.3, size=6)).tolist()))
+    gt = pl.DataFrame({"trace_index": list(range(60)), "sigma": truth, "values": truth})
+    est = _estimates(rows)
+    table = agreement_table(est, gt, (gt, gt), reference="a", resamples=500, seed=0)
+    b = table.filter(
+        (pl.col("estimator") == "b") & (pl.col("target") == "credits"),
+        pl.col("aggregation") == "per_trace",
+    ).row(0, named=True)
+    assert b["diff_ci95_high"] - b["diff_ci95_low"] < 0.5 * (b["ci95_high"] - b["ci95_low"])
+
+
+def test_null_estimates_know_only_the_return() -> None:
+    traces = pl.DataFrame({"trace_index": [0, 1], "reward": [1.0, 0.0]})
+    seg = pl.DataFrame({"trace_index": [0, 1], "num_segments": [3, 2]})
+    null = null_estimates(traces, seg, constant=0.25)
+    assert null["sigma"].to_list() == [[0.0, 0.0, 0.75], [0.0, -0.25]]
+    assert null["values"].to_list() == [[0.25] * 3, [0.25] * 2]
+    assert set(null["estimator"]) == {NULL}
+
+
+def test_cost_match_interpolates_in_log2_and_reads_the_verdicts() -> None:
+    rows = [
+        ("mc_n1", "mc", 1, 0.2, "worse", 10.0),
+        ("mc_n2", "mc", 2, 0.4, "no difference", 20.0),
+        ("mc_n4", "mc", 4, 0.8, "better", 40.0),
+        ("ref", "rredcot", None, 0.6, "reference", 5.0),
+    ]
     table = pl.DataFrame(
         {
-            "family": ["mc", "mc", "mc", "rredcot"],
-            "n_rollouts": [1, 2, 4, None],
-            "spearman_mean": [0.2, 0.4, 0.8, 0.6],
+            "target": ["credits"] * 4,
+            "aggregation": ["per_trace"] * 4,
+            "estimator": [r[0] for r in rows],
+            "family": [r[1] for r in rows],
+            "n_rollouts": [r[2] for r in rows],
+            "rho": [r[3] for r in rows],
+            "verdict": [r[4] for r in rows],
+            "forward_tokens_per_trace": [r[5] for r in rows],
+            "seconds_per_trace": [r[5] / 10 for r in rows],
         }
     )
-    assert matching_mc_n(table, 0.6) == pytest.approx(2**1.5)
-    assert matching_mc_n(table, 0.1) == 1.0
-    assert math.isnan(matching_mc_n(table, 0.9))
+    m = cost_match(table, "ref").row(0, named=True)
+    assert m["n_equal"] == pytest.approx(2**1.5)
+    assert m["mc_better_from_n"] == 4 and m["mc_worse_up_to_n"] == 1
+    assert m["token_ratio"] == pytest.approx(np.interp(1.5, [0, 1, 2], [10, 20, 40]) / 5)
+    above = cost_match(
+        table.with_columns(rho=pl.when(pl.col("estimator") == "ref").then(0.9).otherwise("rho")),
+        "ref",
+    ).row(0, named=True)
+    assert math.isnan(above["n_equal"]) and "no measured N" in above["note"]
+    below = cost_match(
+        table.with_columns(rho=pl.when(pl.col("estimator") == "ref").then(0.1).otherwise("rho")),
+        "ref",
+    ).row(0, named=True)
+    assert below["n_equal"] == 1.0 and "already matches" in below["note"]
 
 
-def test_correlation_matrix_symmetric_with_unit_diagonal() -> None:
+def test_correlation_matrix_symmetric_on_the_common_set() -> None:
     est = _estimates(
         [
             (0, "a", [1.0, 2.0, 3.0]),
             (1, "a", [3.0, 1.0, 2.0]),
+            (2, "a", [1.0, 2.0, 3.0]),
             (0, "b", [3.0, 2.0, 1.0]),
             (1, "b", [3.0, 1.0, 2.0]),
+            (2, "b", [1.0, 1.0, 1.0]),  # flat: scored 0 against a
         ]
     )
     m = correlation_matrix(est)
     values = m.select("a", "b").to_numpy()
     assert np.allclose(values, values.T)
     assert values[0, 0] == pytest.approx(1.0)
-    assert values[0, 1] == pytest.approx(0.0)  # −1 on trace 0, +1 on trace 1
+    assert values[0, 1] == pytest.approx(0.0)  # −1, +1, 0
+    assert values[1, 1] == pytest.approx(2 / 3)  # b's flat trace scores 0 even against itself
+    assert m["n_traces"][0] == 3
 
 
 # --- rollout tables -----------------------------------------------------------------------------
@@ -498,13 +648,37 @@ def test_true_segments_and_localization_table() -> None:
             (1, "far", [-3.0, 0.0, 5.0]),
         ]
     )
-    table = localization_table(est, truth, resamples=100, seed=0)
+    table = localization_table(est, truth, reference="right", resamples=100, seed=0)
     got = {r["estimator"]: (r["top1"], r["within_one"]) for r in table.iter_rows(named=True)}
     assert got["random"] == pytest.approx((1 / 3, 1.0))
     assert got["right"] == (1.0, 1.0)
     assert got["tied"] == (0.5, 1.0)
     assert got["far"] == (0.0, 1.0)
     assert set(table["n_traces"].to_list()) == {1}
+    diff = dict(table.select("estimator", "top1_diff_vs_reference").iter_rows())
+    assert diff["far"] == -1.0 and diff["tied"] == -0.5 and diff["right"] == 0.0
+    # an unusable σ (NaN) takes the trace out for every estimator, not for one
+    nan = pl.concat([est, _estimates([(1, "broken", [float("nan"), 0.0, 1.0])])])
+    none = localization_table(nan, truth, reference="right", resamples=100, seed=0)
+    assert none.height == 0
+
+
+def test_localization_is_paired_over_the_same_traces() -> None:
+    truth = pl.DataFrame(
+        {"trace_index": list(range(40)), "num_segments": [4] * 40, "true_segment": [1] * 40}
+    )
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(40):
+        good = [0.0, -1.0, 0.0, 0.0] if t % 4 else [0.0, 0.0, -1.0, 0.0]  # right 3 times in 4
+        rows += [(t, "ref", good), (t, "same", good), (t, "noise", rng.normal(size=4).tolist())]
+    table = localization_table(_estimates(rows), truth, reference="ref", resamples=400, seed=0)
+    same = table.filter(pl.col("estimator") == "same").row(0, named=True)
+    assert same["top1"] == pytest.approx(0.75)
+    assert (same["diff_ci95_low"], same["diff_ci95_high"]) == (0.0, 0.0)  # identical: exactly 0
+    assert same["verdict"] == "no difference"
+    noise = table.filter(pl.col("estimator") == "noise").row(0, named=True)
+    assert noise["verdict"] == "worse"
 
 
 def test_sweep_table_rows_per_cell() -> None:
@@ -521,24 +695,35 @@ def test_sweep_table_rows_per_cell() -> None:
         }
     )
     gt = ground_truth_sigmas(STUDY_TRACES, seg, rollouts)
-    est = pl.concat(
-        [
-            gt.select(
-                "trace_index",
-                "segmentation",
-                "sigma",
-                estimator=pl.lit("rredcot_x"),
-                family=pl.lit("rredcot"),
-                n_rollouts=pl.lit(None, dtype=pl.Int64),
-                forward_tokens=pl.lit(7, dtype=pl.Int64),
-                backward_tokens=pl.lit(0, dtype=pl.Int64),
-                seconds=pl.lit(0.1),
-            )
-        ]
+    est = gt.select(
+        "trace_index",
+        "segmentation",
+        "sigma",
+        "values",
+        estimator=pl.lit("rredcot_x"),
+        family=pl.lit("rredcot"),
+        n_rollouts=pl.lit(None, dtype=pl.Int64),
+        forward_tokens=pl.lit(7, dtype=pl.Int64),
+        backward_tokens=pl.lit(0, dtype=pl.Int64),
+        seconds=pl.lit(0.1),
+        cost_basis=pl.lit("own pass"),
     )
-    table = sweep_table(STUDY_TRACES, seg, est, gt, estimator="rredcot_x", resamples=100, seed=0)
+    halves = split_half(STUDY_TRACES, seg, rollouts)
+    table = sweep_table(
+        STUDY_TRACES,
+        seg,
+        est,
+        gt,
+        halves,
+        estimator="rredcot_x",
+        resamples=100,
+        seed=0,
+        mid_line={"keyword_k3": (4, 0), "fixed_k3": (4, 3)},
+    )
     assert table["segmentation"].to_list() == ["keyword_k3", "fixed_k3"]
-    assert table["spearman_mean"].to_list() == pytest.approx([1.0, 1.0])  # σ = σ_gt
+    assert table["credits_rho"].to_list() == pytest.approx([1.0, 1.0])  # σ = σ_gt
+    assert table["values_rho"].to_list() == pytest.approx([1.0, 1.0])  # V = V_gt
+    assert table["n_mid_line_states"].to_list() == [0, 3]
     assert table["top1_rredcot_x"].to_list() == table["top1_ground_truth"].to_list()
     assert table["top1_random"].to_list() == pytest.approx([1 / 3, 1 / 3])
     assert table["n_incorrect"].to_list() == [1, 1]
@@ -583,29 +768,40 @@ def _png(path: Path) -> bool:
 
 
 def test_figures_are_written(tmp_path: Path) -> None:
-    agreement = pl.DataFrame(
-        {
-            "estimator": [
-                "mc_n1",
-                "mc_n4",
-                "rredcot_ref_suffix_sum",
-                "loo",
-                "ground_truth_split_half",
-            ],
-            "family": ["mc", "mc", "rredcot", "attribution", "ground_truth"],
-            "n_rollouts": [1, 4, None, None, 16],
-            "spearman_mean": [0.1, 0.4, 0.6, 0.2, 0.7],
-            "ci95_low": [0.0, 0.3, 0.5, 0.1, 0.6],
-            "ci95_high": [0.2, 0.5, 0.7, 0.3, 0.8],
-            "forward_tokens_per_trace": [500.0, 2000.0, 800.0, 400.0, None],
-            "seconds_per_trace": [0.1, 0.4, 0.05, 0.02, None],
-        }
+    names = ["mc_n1", "mc_n4", "rredcot_ref_suffix_sum", "rredcot_ref_suffix_sum_joint", "loo"]
+    families = ["mc", "mc", "rredcot", "rredcot", "attribution", "null"]
+    rows = []
+    for target in ("values", "credits"):
+        for aggregation in ("per_trace", "pooled"):
+            for i, (name, family) in enumerate(zip([*names, NULL], families, strict=True)):
+                if target == "values" and family == "attribution":
+                    continue
+                rows.append(
+                    {
+                        "target": target,
+                        "aggregation": aggregation,
+                        "estimator": name,
+                        "family": family,
+                        "n_rollouts": [1, 4][i] if family == "mc" else None,
+                        "rho": 0.1 * i,
+                        "ci95_low": 0.1 * i - 0.05,
+                        "ci95_high": 0.1 * i + 0.05,
+                        "ceiling": 0.8,
+                        "ceiling_ci95_low": 0.75,
+                        "ceiling_ci95_high": 0.85,
+                        "n_traces": 10,
+                        "forward_tokens_per_trace": [500.0, 2000.0, 800.0, 900.0, 400.0, 0.0][i],
+                    }
+                )
+    agreement = pl.DataFrame(rows)
+    figures.estimator_agreement_figure(
+        agreement, tmp_path / "a.png", reference="rredcot_ref_suffix_sum"
     )
-    figures.estimator_agreement_figure(agreement, tmp_path / "a.png", n_traces=3)
     matrix = pl.DataFrame({"estimator": ["mc_n1", "loo"], "mc_n1": [1.0, 0.3], "loo": [0.3, 1.0]})
     figures.correlation_heatmap(matrix, tmp_path / "c.png")
     local = pl.DataFrame(
         {
+            "trace_set": ["all_incorrect", "other_path"],
             "estimator": ["random", "loo"],
             "top1": [0.25, 0.5],
             "top1_ci95_low": [0.25, 0.3],
@@ -633,9 +829,9 @@ def test_figures_are_written(tmp_path: Path) -> None:
         {
             "strategy": ["fixed", "fixed", "hybrid", "hybrid"],
             "requested_segments": [2, 4, 2, 4],
-            "spearman_mean": [0.3, 0.4, 0.5, 0.6],
-            "ci95_low": [0.2, 0.3, 0.4, 0.5],
-            "ci95_high": [0.4, 0.5, 0.6, 0.7],
+            "credits_rho": [0.3, 0.4, 0.5, 0.6],
+            "credits_ci95_low": [0.2, 0.3, 0.4, 0.5],
+            "credits_ci95_high": [0.4, 0.5, 0.6, 0.7],
             "top1_rredcot_x": [0.6, 0.4, 0.7, 0.5],
             "top1_ground_truth": [0.6, 0.5, 0.6, 0.5],
             "top1_random": [0.5, 0.25, 0.5, 0.25],
@@ -695,3 +891,60 @@ def test_budget_cut_after_the_fact_matches_a_real_run(tiny_backend: HFBackend) -
         len(PROMPT) + 11,
         len(PROMPT) + 23,
     ]
+
+
+# --- the study set: depths in the accuracy band, the agreement subset, other paths ---------------
+
+
+def test_select_study_set_keeps_the_depths_in_the_band() -> None:
+    # depth 3: 4/5 right (0.8, out); depth 4: 2/4 (0.5, in); depth 5: 1/4 (0.25, out)
+    rewards = {3: [1, 1, 1, 1, 0], 4: [1, 0, 1, 0], 5: [0, 0, 1, 0]}
+    depth, reward = [], []
+    for d, rs in rewards.items():
+        depth += [d] * len(rs)
+        reward += [float(r) for r in rs]
+    traces = pl.DataFrame(
+        {"trace_index": list(range(len(depth))), "depth": depth, "reward": reward}
+    ).sample(fraction=1.0, shuffle=True, seed=3)
+    kept, table = select_study_set(traces, [0.3, 0.7], agreement_traces=3)
+    assert kept["depth"].unique().to_list() == [4]
+    assert kept["trace_index"].to_list() == [5, 6, 7, 8]  # in trace order
+    assert kept["agreement"].to_list() == [True, True, True, False]
+    assert table.select("depth", "n_traces", "kept").rows() == [
+        (3, 5, False),
+        (4, 4, True),
+        (5, 4, False),
+    ]
+    assert table.filter(pl.col("depth") == 4)["accuracy"][0] == 0.5
+    low, high = wilson_interval(2, 4)
+    assert low < 0.5 < high and low > 0 and high < 1
+    everything, _ = select_study_set(traces, None, agreement_traces=None)
+    assert everything.height == traces.height and everything["agreement"].all()
+    with pytest.raises(ValueError, match="accuracy_band"):
+        select_study_set(traces, [0.9, 1.0], agreement_traces=None)
+
+
+def test_other_path_references_flip_the_trace_s_own_path() -> None:
+    # c = a+b commutes, d = c*b commutes: the other path writes both the other way round
+    prog = PROGRAM
+    canonical = prog.solution_text()
+    traces = pl.DataFrame({"response": [canonical, "c=b+a=2+1=3\nd=c*b=3*2=6\nAnswer: 6."]})
+    out = with_other_path_references(traces, [prog.to_json(), prog.to_json()])
+    assert out["own_path_canonical"].to_list() == [True, False]
+    assert out["reference_other_path"][0] == prog.solution_text(commuted=("c", "d"))
+    assert out["reference_other_path"][1] == prog.solution_text(commuted=("d",))
+    for ref in out["reference_other_path"]:
+        assert check_response(prog, ref).first_error is None  # another valid path
+    none = with_other_path_references(pl.DataFrame({"response": ["x"]}), [None])
+    assert none["reference_other_path"][0] is None
+
+
+def test_the_study_pool_is_disjoint_from_the_world_and_leaves_it_alone() -> None:
+    config = WorldConfig(chain="bijective")
+    world = make_world(SplitSpec(50, (2, 3)), {"synth_id": SplitSpec(20, (3,))}, 7, config)
+    taken = frozenset(p for df in world.values() for p in df["problem"].to_list())
+    pool = make_study_pool(SplitSpec(40, (2, 3)), 7, config, taken)
+    assert pool.height == 40 and not set(pool["problem"]) & taken
+    assert pool["id"][0] == "synth-study_pool-00000"
+    again = make_world(SplitSpec(50, (2, 3)), {"synth_id": SplitSpec(20, (3,))}, 7, config)
+    assert all(again[k].equals(world[k]) for k in world)  # the world does not know the pool

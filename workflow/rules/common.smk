@@ -79,6 +79,8 @@ def merged(base: dict, overrides: dict) -> dict:
         both = isinstance(value, dict) and isinstance(out.get(key), dict)
         out[key] = merged(out[key], value) if both else value
     return out
+
+
 # The base policy all jobs start from: the tiny model SFT-ed here, or `model.name_or_path`
 # fetched (at `model.revision`) into the same directory, so no rule downstream tells them apart
 # and compute nodes never need the Hub.
@@ -172,7 +174,11 @@ def mirror_input(name: str) -> dict[str, str]:
 
 def task_of(name: str) -> str:
     """The task format (prompt, grading) of a problem set."""
-    return "synthetic" if name in (*WORLD_TABLES, STUDY_POOL) else registry_entry(name).task
+    return (
+        "synthetic"
+        if name in (*WORLD_TABLES, STUDY_POOL)
+        else registry_entry(name).task
+    )
 
 
 def uses_tiny_model() -> bool:
@@ -230,7 +236,15 @@ def training_settings(method: str, seed: int) -> dict:
         k: v
         for k, v in tr.items()
         if k
-        not in ("methods", "seeds", "per_method", "variants", "mc", "curve", *launch_keys)
+        not in (
+            "methods",
+            "seeds",
+            "per_method",
+            "variants",
+            "mc",
+            "curve",
+            *launch_keys,
+        )
     }
     name, method = method, base_method(method)
     if method in ("rrpo", "srpo"):
@@ -238,7 +252,9 @@ def training_settings(method: str, seed: int) -> dict:
         settings.update(loss_type="grpo", kl_beta=0.0)
     own = tr["per_method"].get(method, {})
     settings = merged(settings, {k: v for k, v in own.items() if k != "accelerate"})
-    variant = {k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")}
+    variant = {
+        k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")
+    }
     settings = merged(settings, variant)
     settings.update(
         method=method,
@@ -286,7 +302,10 @@ def curve_settings() -> dict:
     from rredcot.training.curves import CurveSettings
 
     curve = CurveSettings.from_evaluation(
-        config["evaluation"], CURVE_SPLIT, config["training"]["curve"]["every"], EVAL_SEED
+        config["evaluation"],
+        CURVE_SPLIT,
+        config["training"]["curve"]["every"],
+        EVAL_SEED,
     )
     return asdict(curve)
 

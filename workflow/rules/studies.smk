@@ -39,7 +39,8 @@ STUDY_KEYS = {
 STUDY_ANALYSIS = {
     "seed": config["seed"],
     "bootstrap_resamples": STUDIES["bootstrap_resamples"],
-    "rredcot": config["estimator"]["rredcot"],  # names the reference estimator (the default)
+    # names the reference estimator (the default)
+    "rredcot": config["estimator"]["rredcot"],
 }
 
 

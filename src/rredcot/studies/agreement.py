@@ -206,7 +206,7 @@ def agreement_table(
         scored = {n: est[n] for n in names if n in est}
         common = common_set(gt, scored)
         traces = common.traces
-        if not traces:
+        if not traces or not scored:  # e.g. values, when only attributions were given
             continue
         idx = bootstrap_indices(len(traces), resamples, seed + target_index)
         pooled = _Pooled(traces, gt, idx)
@@ -241,7 +241,8 @@ def agreement_table(
             reliability = spearman_brown(half_point)
             ceil_samples = np.array([ceiling(spearman_brown(h)) for h in half_samples])
             ceil_low, ceil_high = percentile_ci(ceil_samples)
-            ref_samples = st["samples"][reference]
+            has_ref = reference in scored  # the reference may not have this target
+            ref_samples = st["samples"].get(reference)
             for name in scored:
                 family, n_rollouts = (
                     estimates.filter(pl.col("estimator") == name)
@@ -249,8 +250,11 @@ def agreement_table(
                     .row(0)
                 )
                 low, high = percentile_ci(st["samples"][name])
-                diff = st["point"][name] - st["point"][reference]
-                d_low, d_high = percentile_ci(st["samples"][name] - ref_samples)
+                if has_ref:
+                    diff = st["point"][name] - st["point"][reference]
+                    d_low, d_high = percentile_ci(st["samples"][name] - ref_samples)
+                else:
+                    diff = d_low = d_high = float("nan")
                 flat = sum(1 for t in traces if np.all(scored[name][t] == scored[name][t][0]))
                 out.append(
                     {
@@ -265,7 +269,13 @@ def agreement_table(
                         "diff_vs_reference": diff,
                         "diff_ci95_low": d_low,
                         "diff_ci95_high": d_high,
-                        "verdict": "reference" if name == reference else verdict(d_low, d_high),
+                        "verdict": (
+                            "reference"
+                            if name == reference
+                            else verdict(d_low, d_high)
+                            if has_ref
+                            else "no reference"
+                        ),
                         "disattenuated": disattenuate(st["point"][name], reliability),
                         "reliability": reliability,
                         "ceiling": ceiling(reliability),

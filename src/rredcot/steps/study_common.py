@@ -27,10 +27,11 @@ def load_policy(policy: str, dtype: str = "float32") -> tuple[Any, Any]:
 
 def load_backend(settings: dict[str, Any], policy: str, batch_size: int) -> Any:
     """The generation backend a step's settings select (`backend`, `seed`, `dtype`, `device`,
-    `vllm`; see `rredcot.generation.backend_from_settings`) on `policy`, without progress bars."""
+    `vllm`; see `rredcot.generation.backend_from_settings`) on `policy`; its progress bar (one
+    tick per generate batch) goes to the rule's log."""
     from rredcot.generation import backend_from_settings
 
-    return backend_from_settings(settings, policy, batch_size=batch_size, show_progress=False)
+    return backend_from_settings(settings, policy, batch_size=batch_size, show_progress=True)
 
 
 def read_study_inputs(traces: Path, segmentations: Path) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from tqdm.auto import tqdm
 
 from rredcot.studies.rollouts import (
     forward_tokens_per_trace,
@@ -191,35 +192,35 @@ def rredcot_estimates(
     groups = [dict(configs)] if shared_pass else [{n: c} for n, c in configs.items()]
     basis = f"one unpruned pass shared by {len(configs)} variants" if shared_pass else "own pass"
     rows: list[dict[str, Any]] = []
-    for group in groups:
-        for start in range(0, len(items), batch_traces):
-            chunk = items[start : start + batch_traces]
-            trs = [tr for _, tr in chunk]
-            began = time.perf_counter()
-            if shared_pass:
-                by_name = rredcot_variants_batch(model, tokenizer, task, trs, group)
-            else:
-                ((name, cfg),) = group.items()
-                by_name = {name: rredcot_credit_batch(model, tokenizer, task, trs, cfg)}
-            elapsed = time.perf_counter() - began
-            for name, results in by_name.items():
-                tokens = {t: r.forward_tokens for (t, _), r in zip(chunk, results, strict=True)}
-                seconds = _share(elapsed, tokens)
-                for (t, _), r in zip(chunk, results, strict=True):
-                    rows.append(
-                        {
-                            "trace_index": t,
-                            "estimator": name,
-                            "family": "rredcot",
-                            "n_rollouts": None,
-                            "sigma": r.sigma.tolist(),
-                            "values": r.phi[:-1].tolist(),
-                            "forward_tokens": r.forward_tokens,
-                            "backward_tokens": 0,
-                            "seconds": seconds[t],
-                            "cost_basis": basis,
-                        }
-                    )
+    chunks = [(g, s) for g in groups for s in range(0, len(items), batch_traces)]
+    for group, start in tqdm(chunks, desc="rredcot scoring", unit="batch"):
+        chunk = items[start : start + batch_traces]
+        trs = [tr for _, tr in chunk]
+        began = time.perf_counter()
+        if shared_pass:
+            by_name = rredcot_variants_batch(model, tokenizer, task, trs, group)
+        else:
+            ((name, cfg),) = group.items()
+            by_name = {name: rredcot_credit_batch(model, tokenizer, task, trs, cfg)}
+        elapsed = time.perf_counter() - began
+        for name, results in by_name.items():
+            tokens = {t: r.forward_tokens for (t, _), r in zip(chunk, results, strict=True)}
+            seconds = _share(elapsed, tokens)
+            for (t, _), r in zip(chunk, results, strict=True):
+                rows.append(
+                    {
+                        "trace_index": t,
+                        "estimator": name,
+                        "family": "rredcot",
+                        "n_rollouts": None,
+                        "sigma": r.sigma.tolist(),
+                        "values": r.phi[:-1].tolist(),
+                        "forward_tokens": r.forward_tokens,
+                        "backward_tokens": 0,
+                        "seconds": seconds[t],
+                        "cost_basis": basis,
+                    }
+                )
     return _frame(rows)
 
 
@@ -250,7 +251,8 @@ def attribution_estimates(
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     rows: list[dict[str, Any]] = []
-    for t, bounds in segmentation.select("trace_index", "boundaries").iter_rows():
+    pairs = list(segmentation.select("trace_index", "boundaries").iter_rows())
+    for t, bounds in tqdm(pairs, desc="attributions", unit="trace"):
         row = by_index[t]
         ids, trigger_len = answer_ids(task, tokenizer, row["answer"])
         for name in names:

@@ -187,6 +187,22 @@ def test_dry_run_requests_what_the_config_says(
     assert not cluster_calls(calls)
     if config.name.startswith("paper_"):
         check_official_baselines(runs)
+    check_every_method_trains_the_configured_steps(config, runs)
+
+
+def check_every_method_trains_the_configured_steps(config: Path, runs: list[Job]) -> None:
+    """config.yaml's 30-step `mc` override (the embedded default's) must not leak into a paper
+    config's runs: every method trains the config's own max_steps; and the studies read the
+    config's problem set, not the embedded default's world pool."""
+    import yaml
+
+    steps = yaml.safe_load(config.read_text())["training"]["max_steps"]
+    trains = [j for j in runs if j.rule == "train_policy"]
+    assert trains
+    for job in trains:
+        params = json.loads(re.search(r"--params '([^']*)'", job.shell).group(1))
+        assert params["max_steps"] == steps, job.wildcards
+    assert not [j for j in runs if j.rule == "study_pool"]
 
 
 OFFICIAL_LORA = {"r": 64, "alpha": 64, "target_modules": "all-linear", "dropout": 0.0}

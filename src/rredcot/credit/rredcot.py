@@ -623,20 +623,6 @@ def credit_from_scores(
     return r_hat, v_hat, phi, h, sigma
 
 
-def state_ends_with_newline(
-    tokenizer: Any,
-    prompt_ids: Sequence[int],
-    response_ids: Sequence[int],
-    boundaries: Sequence[int],
-) -> list[bool]:
-    """For each state s_k = x ⊕ τ[:b_k]: does its text end with "\\n"? (last token decoded)."""
-    ids = [*prompt_ids, *response_ids]
-    return [
-        tokenizer.decode([ids[len(prompt_ids) + b - 1]], skip_special_tokens=False).endswith("\n")
-        for b in boundaries
-    ]
-
-
 def state_kinds(
     tokenizer: Any,
     prompt_ids: Sequence[int],

@@ -7,7 +7,7 @@ with a paired comparison against RREDCoT's default and a random-segment row:
 - `agreement_incorrect`: the incorrect traces of the agreement set, the only ones the MC
   ground truth and MC-N cover; RREDCoT's default, MC, the ground truth and the null row;
 - `other_path`: incorrect traces whose problem has another valid solution path; RREDCoT (every
-  value variant) with the reference on the trace's own path and on the other path.
+  value variant × answer-now) with the reference on the trace's own path and on the other path.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
             chosen = with_other["trace_index"].implode()
             sets["other_path"] = (
                 truth.filter(pl.col("trace_index").is_in(chosen)),
-                estimates.filter((family == "rredcot") & ~name.str.ends_with("_joint")),
+                estimates.filter(family == "rredcot"),
             )
         tables = []
         for i, (label, (rows, chosen_estimates)) in enumerate(sets.items()):

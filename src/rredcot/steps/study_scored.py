@@ -1,5 +1,5 @@
 """Rule `study_scored`: σ and Φ of every RREDCoT value variant × answer-now (conditional, joint),
-of the default answer-now with a reference on another valid path, and σ of the attribution
+with the reference on the trace's own path and on another valid path, and σ of the attribution
 baselines, on the study's segmentation of every study trace (teacher-forced scoring only)."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
             ),
         ]
         if "reference_other_path" in traces.columns:  # localization with another valid path
-            other = rredcot_configs(base, list(VALUE_VARIANTS), [base.answer_now], path="other")
+            other = rredcot_configs(base, list(VALUE_VARIANTS), ANSWER_NOW, path="other")
             parts.append(
                 rredcot_estimates(
                     model,

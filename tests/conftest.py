@@ -20,6 +20,18 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(autouse=True)
+def _restore_environ() -> Iterator[None]:
+    """Every test leaves os.environ as it found it: TRL's vLLM colocate mode sets RANK,
+    WORLD_SIZE, MASTER_ADDR/PORT on init, and a later test's subprocess (a training run that is
+    killed and resumed) would inherit them and try to join a process group that is not there."""
+    saved = dict(os.environ)
+    yield
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def mirror() -> Path:
     """The offline benchmark mirror (RREDCOT_MIRROR, else ../shared/data/benchmarks)."""

@@ -111,12 +111,20 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
     for i, variant in enumerate(config["training"]["variants"]):
         values = {k: v for k, v in variant.items() if k not in ("name", "method")}
         blocks.append((f"training.variants.{i}", variant["method"], values))
+    # `rredcot` overrides keys of estimator.rredcot (the rredcot runs' estimator), no defaults
+    estimator = dict(schema["properties"]["estimator"]["properties"]["rredcot"])
+    estimator = {k: v for k, v in estimator.items() if k != "default"}
+    estimator["properties"] = {
+        k: {kk: vv for kk, vv in v.items() if kk != "default"}
+        for k, v in estimator.get("properties", {}).items()
+    }
+    keys = {**training, "rredcot": estimator}
     messages = []
     for key, method, values in blocks:
         sub = {
             "type": "object",
             "additionalProperties": False,
-            "properties": {k: training[k] for k in allowed[method]},
+            "properties": {k: keys[k] for k in allowed[method]},
         }
         found = Draft202012Validator(sub).iter_errors(values)
         messages += [_describe(e, key) for e in sorted(found, key=lambda e: str(e.path))]

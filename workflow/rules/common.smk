@@ -251,18 +251,24 @@ def training_settings(method: str, seed: int) -> dict:
         # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
         settings.update(loss_type="grpo", kl_beta=0.0)
     own = tr["per_method"].get(method, {})
-    settings = merged(settings, {k: v for k, v in own.items() if k != "accelerate"})
     variant = {
         k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")
     }
-    settings = merged(settings, variant)
+    # `rredcot` in an override changes estimator.rredcot for these runs only
+    estimator = merged(
+        merged(config["estimator"]["rredcot"], own.get("rredcot", {})),
+        variant.get("rredcot", {}),
+    )
+    drop = ("accelerate", "rredcot")
+    settings = merged(settings, {k: v for k, v in own.items() if k not in drop})
+    settings = merged(settings, {k: v for k, v in variant.items() if k not in drop})
     settings.update(
         method=method,
         seed=seed,
         task=task_of(TRAIN_DATA),
         reference_column="reference",
         segmentation=config["segmentation"],
-        rredcot=config["estimator"]["rredcot"],
+        rredcot=estimator,
         mc={**config["estimator"]["mc"], **tr["mc"]},
     )
     return settings

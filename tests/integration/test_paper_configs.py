@@ -248,3 +248,27 @@ def test_slurm_profile_dry_run(
         assert job.resources["slurm_partition"] == "gpu", job
         assert job.resources["nodes"] == "1", job
     assert not cluster_calls(calls)
+
+
+def test_the_default_variants_change_only_their_own_runs(
+    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    """config.yaml's variants: rredcot_joint scores the joint answer-now, rredcot_center_group
+    centers its credit; every other run keeps the shared estimator and credit blocks."""
+    bin_dir, _ = no_slurm_clients
+    proc = dry_run(REPO / "config.yaml", tmp_path, bin_dir)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    params = {}
+    for job in parse_jobs(proc.stdout):
+        if job.rule == "train_policy" and job.wildcards["seed"] == "1":
+            shell = re.search(r"--params '([^']*)'", job.shell).group(1)
+            params[job.wildcards["method"]] = json.loads(shell)
+    assert {"rredcot", "rredcot_joint", "rredcot_center_group", "grpo"} <= set(params)
+    assert params["rredcot_joint"]["rredcot"]["answer_now"] == "joint"
+    assert params["rredcot_joint"]["method"] == "rredcot"
+    for name in ("rredcot", "rredcot_center_group", "grpo"):
+        assert params[name]["rredcot"]["answer_now"] == "conditional", name
+    assert params["rredcot_center_group"]["credit"]["center"] == "group"
+    assert params["rredcot_joint"]["credit"] == params["rredcot"]["credit"]
+    joint = dict(params["rredcot_joint"]["rredcot"], answer_now="conditional")
+    assert joint == params["rredcot"]["rredcot"]  # nothing else of the estimator changed

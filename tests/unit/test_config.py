@@ -102,6 +102,7 @@ METHOD_ONLY_KEYS = {
     "credit": {"rredcot", "mc"},
     "mc_batch_size": {"mc"},
     "resets": {"rrpo", "srpo"},
+    "rredcot": {"rredcot"},  # overrides of estimator.rredcot, not a training key
 }
 
 
@@ -112,6 +113,7 @@ def test_per_method_keys_are_the_training_keys_that_apply(schema):
     per_method = training["per_method"]["properties"]
     assert set(per_method) == set(training["methods"]["items"]["enum"])
     run_keys = set(training) - SHARED_TRAINING_KEYS - set(METHOD_ONLY_KEYS)
+    assert "rredcot" not in training
     for method, sub in per_method.items():
         extra = {k for k, methods in METHOD_ONLY_KEYS.items() if method in methods}
         assert set(sub["propertyNames"]["enum"]) == run_keys | extra, method
@@ -152,6 +154,18 @@ def test_arch_keys_are_the_tiny_models_and_qwen3config_fields(schema):
             {"variants": [{"name": "v", "method": "rredcot", "lr": 0.1}]},
             r"\['lr'\] under training\.variants\.0; allowed: \[.*'learning_rate'",
         ),
+        (
+            {"variants": [{"name": "v", "method": "rredcot", "rredcot": {"answer_now": "both"}}]},
+            r"'training\.variants\.0\.rredcot\.answer_now': 'both' is not allowed",
+        ),
+        (
+            {"variants": [{"name": "v", "method": "rredcot", "rredcot": {"valu": "x"}}]},
+            r"\['valu'\] under training\.variants\.0\.rredcot",
+        ),
+        (
+            {"variants": [{"name": "v", "method": "grpo", "rredcot": {"answer_now": "joint"}}]},
+            r"\['rredcot'\] under training\.variants\.0",
+        ),
     ],
 )
 def test_bad_per_method_or_variant_override_is_named(schema, default, change, expected):
@@ -171,6 +185,11 @@ def test_overrides_get_no_defaults_filled_in(schema, default):
         "name": "rredcot_center_group",
         "method": "rredcot",
         "credit": {"center": "group"},
+    }
+    assert default["training"]["variants"][1] == {
+        "name": "rredcot_joint",
+        "method": "rredcot",
+        "rredcot": {"answer_now": "joint"},
     }
 
 

@@ -111,14 +111,8 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
     for i, variant in enumerate(config["training"]["variants"]):
         values = {k: v for k, v in variant.items() if k not in ("name", "method")}
         blocks.append((f"training.variants.{i}", variant["method"], values))
-    # `rredcot` overrides keys of estimator.rredcot (the rredcot runs' estimator), no defaults
-    estimator = dict(schema["properties"]["estimator"]["properties"]["rredcot"])
-    estimator = {k: v for k, v in estimator.items() if k != "default"}
-    estimator["properties"] = {
-        k: {kk: vv for kk, vv in v.items() if kk != "default"}
-        for k, v in estimator.get("properties", {}).items()
-    }
-    keys = {**training, "rredcot": estimator}
+    # `rredcot` overrides keys of estimator.rredcot (the rredcot runs' estimator)
+    keys = {**training, "rredcot": schema["properties"]["estimator"]["properties"]["rredcot"]}
     messages = []
     for key, method, values in blocks:
         sub = {

@@ -689,20 +689,19 @@ def _credit_batch(
     tokenizer: Any,
     task: Any,
     traces: Sequence[Trace],
-    config: RREDCoTConfig | None = None,
+    config: RREDCoTConfig,
+    variants: Mapping[str, RREDCoTConfig],
     *,
     encoded: Any = None,
     encoded_rows: Sequence[int] | None = None,
     seed: int | str = 0,
-    variants: Mapping[str, RREDCoTConfig] | None = None,
-) -> list[RREDCoTResult] | dict[str, list[RREDCoTResult]]:
+) -> dict[str, list[RREDCoTResult]]:
     """RREDCoT credit of several traces (METHOD.md §3), all scored in the same packed passes.
 
-    variants: name -> config; when given, every column any of them reads (U* ⊕ A, both
-    answer-now forms) is scored in one pass under `config` (its suffix draw and pruning: pass
-    `prune_nats=None` for variants that read whole-path scores) and the result is name -> the
-    credits of that variant (forward_tokens: the shared pass's). The estimator study uses it to
-    score twelve variants for the price of one.
+    Every column any of `variants` (name -> config) reads (U* ⊕ A, both answer-now forms) is
+    scored in one pass under `config` (join, EOS, suffix draw, pruning); the result is name ->
+    the credits of that variant (forward_tokens: the shared pass's). One variant equal to
+    `config` is the plain single-config credit.
 
     Per trace: build the continuations (answer-now, C*_j, and U* ⊕ A for
     `ref_answer_after_path`; built once per reference and kind of state), score them at every
@@ -721,9 +720,8 @@ def _credit_batch(
     """
     from rredcot.scoring.packed import Pruning, StateQuery, encode_traces, score_encoded
 
-    config = RREDCoTConfig() if config is None else config
     if not traces:
-        return []
+        return {name: [] for name in variants}
     tokens = [0] * len(traces)
     if encoded is None:
         distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
@@ -750,7 +748,7 @@ def _credit_batch(
         rows = list(encoded_rows)
         _check_encoded_rows(traces, encoded, rows)
 
-    wanted = [config] if variants is None else list(variants.values())
+    wanted = list(variants.values())
     with_prefix = any(c.value == "ref_answer_after_path" for c in wanted)
     conditional = any(c.answer_now == "conditional" for c in wanted)
     built: dict[tuple[ReferencePath, str], Continuations] = {}
@@ -851,9 +849,7 @@ def _credit_batch(
             results.append(_result(scores, trace, cfg, columns[t], tokens[t]))
         return results
 
-    if variants is not None:
-        return {name: credits(cfg) for name, cfg in variants.items()}
-    return credits(config)
+    return {name: credits(cfg) for name, cfg in variants.items()}
 
 
 def _result(
@@ -890,18 +886,19 @@ def rredcot_credit_batch(
     seed: int | str = 0,
 ) -> list[RREDCoTResult]:
     """RREDCoT credit of several traces under one config (see `_credit_batch`)."""
+    config = RREDCoTConfig() if config is None else config
     out = _credit_batch(
         model,
         tokenizer,
         task,
         traces,
         config,
+        {"": config},
         encoded=encoded,
         encoded_rows=encoded_rows,
         seed=seed,
     )
-    assert isinstance(out, list)
-    return out
+    return out[""]
 
 
 def rredcot_variants_batch(
@@ -928,9 +925,7 @@ def rredcot_variants_batch(
                     f"{getattr(first, key)!r}; one scoring pass cannot serve both"
                 )
     base = replace(first, value="ref_suffix_sum", prune_nats=None)
-    out = _credit_batch(model, tokenizer, task, traces, base, seed=seed, variants=variants)
-    assert isinstance(out, dict)
-    return out
+    return _credit_batch(model, tokenizer, task, traces, base, variants, seed=seed)
 
 
 def rredcot_credit(

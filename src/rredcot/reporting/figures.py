@@ -41,7 +41,6 @@ _NAMES: dict[str, str] = {
     "grad_x_input": "gradient × input",
     "attention": "attention mass",
     "ground_truth": "MC ground truth",
-    "ground_truth_split_half": "ground truth, split half",
     "random": "random segment",
     "null_R_only": "null (knows only R)",
 }
@@ -333,29 +332,18 @@ def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
     lowest-credit segment holds the first erroneous step (top-1) or is next to it (within
     one), with 95% CIs; the random segment's top-1 as a dashed line."""
     sns.set_theme(style="whitegrid", context="notebook")
-    sets = (
-        table["trace_set"].unique(maintain_order=True).to_list()
-        if "trace_set" in table.columns
-        else ["all"]
-    )
-    heights = [
-        max(
-            table.filter(pl.col("trace_set") == s).height
-            if "trace_set" in table.columns
-            else table.height,
-            1,
-        )
-        for s in sets
-    ]
+    if "trace_set" not in table.columns:
+        table = table.with_columns(trace_set=pl.lit("all"))
+    parts = {label: part for (label,), part in table.group_by("trace_set", maintain_order=True)}
+    heights = [max(part.height, 1) for part in parts.values()]
     fig, axes = plt.subplots(
-        len(sets),
+        len(parts),
         1,
-        figsize=(9, 0.42 * sum(heights) + 2.2 * len(sets)),
+        figsize=(9, 0.42 * sum(heights) + 2.2 * len(parts)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
     )
-    for ax, label in zip(axes[:, 0], sets, strict=True):
-        part = table.filter(pl.col("trace_set") == label) if "trace_set" in table.columns else table
+    for ax, (label, part) in zip(axes[:, 0], parts.items(), strict=True):
         rows = part.sort("top1")
         names = [display_name(n) for n in rows["estimator"]]
         y = np.arange(len(names))

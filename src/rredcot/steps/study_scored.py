@@ -4,6 +4,8 @@ baselines, on the study's segmentation of every study trace (teacher-forced scor
 
 from __future__ import annotations
 
+from functools import partial
+
 import polars as pl
 
 from rredcot.credit.attribution import ATTRIBUTIONS, AttributionConfig
@@ -35,37 +37,15 @@ def main() -> None:
         base = RREDCoTConfig.from_dict(rredcot)
         default = rredcot_name(base.value, base.answer_now)
         own = rredcot_configs(base, list(VALUE_VARIANTS), ANSWER_NOW)
+        score = partial(
+            rredcot_estimates, model, tokenizer, task, traces, main_seg, batch_traces=batch
+        )
         # the default alone (its own cost), then every other variant from one shared pass
-        parts = [
-            rredcot_estimates(
-                model, tokenizer, task, traces, main_seg, {default: base}, batch_traces=batch
-            ),
-            rredcot_estimates(
-                model,
-                tokenizer,
-                task,
-                traces,
-                main_seg,
-                {n: c for n, c in own.items() if n != default},
-                batch_traces=batch,
-                shared_pass=True,
-            ),
-        ]
+        others = {n: c for n, c in own.items() if n != default}
+        parts = [score({default: base}), score(others, shared_pass=True)]
         if "reference_other_path" in traces.columns:  # localization with another valid path
             other = rredcot_configs(base, list(VALUE_VARIANTS), ANSWER_NOW, path="other")
-            parts.append(
-                rredcot_estimates(
-                    model,
-                    tokenizer,
-                    task,
-                    traces,
-                    main_seg,
-                    other,
-                    batch_traces=batch,
-                    reference_column="reference_other_path",
-                    shared_pass=True,
-                )
-            )
+            parts.append(score(other, reference_column="reference_other_path", shared_pass=True))
         attr = attribution_estimates(
             model,
             tokenizer,

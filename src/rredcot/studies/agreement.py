@@ -31,11 +31,11 @@ import numpy as np
 import polars as pl
 
 from rredcot.studies.metrics import (
-    average_ranks,
     bootstrap_indices,
     ceiling,
     disattenuate,
     percentile_ci,
+    rank_correlation,
     spearman_brown,
     spearman_flat0,
     verdict,
@@ -50,7 +50,6 @@ EXCLUSIONS: tuple[str, ...] = (
     "missing_estimate",
 )
 NULL = "null_R_only"  # estimator name of the null row
-SPLIT_HALF = "ground_truth_split_half"
 
 Vectors = dict[int, np.ndarray]  # trace_index -> one trace's vector of a target
 
@@ -95,13 +94,6 @@ def common_set(truth: Vectors, estimates: Mapping[str, Vectors]) -> CommonSet:
     return CommonSet(kept, excluded)
 
 
-def pooled_rho(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> float:
-    """Spearman ρ (flat = 0) of the concatenated vectors of several traces."""
-    if not xs:
-        return float("nan")
-    return spearman_flat0(np.concatenate(xs), np.concatenate(ys))
-
-
 class _Pooled:
     """Pooled ρ over resampled traces: the states of each resample's traces are gathered by one
     index array per resample, built once and shared by every estimator."""
@@ -119,15 +111,7 @@ class _Pooled:
         return np.concatenate([vecs[t] for t in self.traces])
 
     def samples(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.array([_rho_ranked(x[r], y[r]) for r in self.rows])
-
-
-def _rho_ranked(x: np.ndarray, y: np.ndarray) -> float:
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx -= rx.mean()
-    ry -= ry.mean()
-    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
-    return float((rx * ry).sum() / denom) if denom > 0 else 0.0
+        return np.array([rank_correlation(x[r], y[r]) for r in self.rows])
 
 
 def null_estimates(
@@ -223,6 +207,7 @@ def agreement_table(
         finite = np.isfinite(a_flat) & np.isfinite(b_flat)
         a_flat, b_flat = np.where(finite, a_flat, 0.0), np.where(finite, b_flat, 0.0)
         gt_flat = pooled.flat(gt)
+        flat_of = {n: pooled.flat(scored[n]) for n in scored}
         stats = {
             "per_trace": {
                 "point": {n: float(v.mean()) for n, v in per_trace.items()},
@@ -230,9 +215,9 @@ def agreement_table(
                 "half": (float(half.mean()), half[idx].mean(axis=1)),
             },
             "pooled": {
-                "point": {n: _rho_ranked(pooled.flat(scored[n]), gt_flat) for n in scored},
-                "samples": {n: pooled.samples(pooled.flat(scored[n]), gt_flat) for n in scored},
-                "half": (_rho_ranked(a_flat, b_flat), pooled.samples(a_flat, b_flat)),
+                "point": {n: rank_correlation(flat_of[n], gt_flat) for n in scored},
+                "samples": {n: pooled.samples(flat_of[n], gt_flat) for n in scored},
+                "half": (rank_correlation(a_flat, b_flat), pooled.samples(a_flat, b_flat)),
             },
         }
         for aggregation in AGGREGATIONS:
@@ -408,7 +393,6 @@ __all__ = [
     "AGGREGATIONS",
     "EXCLUSIONS",
     "NULL",
-    "SPLIT_HALF",
     "TARGETS",
     "CommonSet",
     "agreement_table",
@@ -416,6 +400,5 @@ __all__ = [
     "correlation_matrix",
     "cost_match",
     "null_estimates",
-    "pooled_rho",
     "vectors",
 ]

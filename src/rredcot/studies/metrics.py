@@ -25,39 +25,44 @@ def rankdata(values: Sequence[float] | np.ndarray) -> np.ndarray:
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 1:
         raise ValueError(f"values: expected a 1-D array, got shape {x.shape}")
-    order = np.argsort(x, kind="stable")
-    sorted_x = x[order]
-    ranks = np.empty(len(x), dtype=np.float64)
-    # Runs of equal values share the mean of the ranks they span.
-    starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
-    ends = np.r_[starts[1:], len(x)]
-    for lo, hi in zip(starts, ends, strict=True):
-        ranks[order[lo:hi]] = (lo + 1 + hi) / 2.0
-    return ranks
+    return average_ranks(x)
 
 
-def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
-    """Spearman ρ of two equal-length vectors; NaN when undefined (see the module docstring)."""
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based average ranks of a 1-D array without checks (runs of equal values share the mean
+    of the ranks they span); `rankdata` is the checked entry point."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    upper = np.cumsum(counts)  # rank of the last member of each tie group
+    return (upper - (counts - 1) / 2.0)[inverse]
+
+
+def rank_correlation(x: np.ndarray, y: np.ndarray, flat: float = 0.0) -> float:
+    """Pearson correlation of the average ranks of two checked, equal-length, NaN-free 1-D
+    arrays; `flat` when either is constant (the callers say what a constant vector scores)."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    if denom == 0.0:
+        return float(flat)
+    return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
+
+
+def _checked_pair(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> tuple:
+    """(x, y) as float64 arrays, or None when they cannot be ranked (< 2 entries, a NaN)."""
     x = np.asarray(a, dtype=np.float64)
     y = np.asarray(b, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"a/b: expected two 1-D arrays of equal length, got {x.shape}, {y.shape}")
     if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
-        return float("nan")
-    rx, ry = rankdata(x), rankdata(y)
-    rx -= rx.mean()
-    ry -= ry.mean()
-    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
-    if denom == 0.0:
-        return float("nan")
-    return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
+        return None
+    return x, y
 
 
-def average_ranks(values: np.ndarray) -> np.ndarray:
-    """Vectorized 1-based average ranks of a 1-D array (= `rankdata`, without a Python loop)."""
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    upper = np.cumsum(counts)  # rank of the last member of each tie group
-    return (upper - (counts - 1) / 2.0)[inverse]
+def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Spearman ρ of two equal-length vectors; NaN when undefined (see the module docstring)."""
+    pair = _checked_pair(a, b)
+    return float("nan") if pair is None else rank_correlation(*pair, flat=float("nan"))
 
 
 def spearman_flat0(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
@@ -67,19 +72,8 @@ def spearman_flat0(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndar
     NaN only for what cannot be scored at all: unequal shapes raise, fewer than 2 entries or a
     NaN entry give NaN (the common set leaves such traces out for every estimator).
     """
-    x = np.asarray(a, dtype=np.float64)
-    y = np.asarray(b, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"a/b: expected two 1-D arrays of equal length, got {x.shape}, {y.shape}")
-    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
-        return float("nan")
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx -= rx.mean()
-    ry -= ry.mean()
-    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
-    if denom == 0.0:
-        return 0.0
-    return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
+    pair = _checked_pair(a, b)
+    return float("nan") if pair is None else rank_correlation(*pair, flat=0.0)
 
 
 def spearman_brown(r_half: float, factor: float = 2.0) -> float:
@@ -201,6 +195,7 @@ __all__ = [
     "ceiling",
     "disattenuate",
     "percentile_ci",
+    "rank_correlation",
     "spearman_brown",
     "spearman_flat0",
     "verdict",

@@ -42,6 +42,8 @@ rule benchmark_table:
 rule main_table:
     input:
         tables=expand("results/{benchmark}_table.csv", benchmark=config["benchmarks"]),
+        summaries=training_summaries,
+        base=BASE_MODEL,
     output:
         table=report(
             "results/main_table.csv",
@@ -59,7 +61,8 @@ rule main_table:
         mem_mb=res("main_table", "mem_mb"),
         runtime=res("main_table", "runtime"),
     shell:
-        "python -m rredcot.steps.main_table --tables {input.tables} --out {output.table} > {log} 2>&1"
+        "python -m rredcot.steps.main_table --tables {input.tables} "
+        "--summaries {input.summaries} --base {input.base} --out {output.table} > {log} 2>&1"
 
 
 rule training_report:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from rredcot.machine import machines_by_run_name
 from rredcot.reporting.curves import (
     comparison_mapping,
     learning_curves,
@@ -42,6 +43,10 @@ def main() -> None:
         runs.append(read_run(name, int(settings["seed"]), summary.parent, grades))
     base = pl.read_parquet(args.base)
     per_run, summary = learning_curves(runs, base)
+    machines = machines_by_run_name(args.summaries)
+    summary = summary.with_columns(
+        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
+    )
     for path in (args.curves, args.runs, args.comparison):
         path.parent.mkdir(parents=True, exist_ok=True)
     summary.write_csv(args.curves)
@@ -51,6 +56,20 @@ def main() -> None:
         runs, base, n_resamples=args.params.get("bootstrap_resamples", 10_000),
         seed=args.params.get("seed", 0),
     )  # fmt: skip
+    comparison = comparison.with_columns(
+        pl.struct("method", "against")
+        .map_elements(
+            lambda r: " | ".join(
+                dict.fromkeys(
+                    machines.get(r[k], "not recorded")
+                    for k in ("method", "against")
+                    if r[k] != "base"
+                )
+            ),
+            return_dtype=pl.String,
+        )
+        .alias("machine")
+    )
     comparison.write_csv(args.comparison)
     log.info("learning curves:\n%s", summary)
     for key, value in comparison_mapping(comparison).items():

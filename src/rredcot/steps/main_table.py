@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
+from rredcot.machine import machines_by_run_name, machines_of
 from rredcot.reporting.training import main_table
 from rredcot.steps.cli import log, parser, setup
 
@@ -13,6 +15,10 @@ from rredcot.steps.cli import log, parser, setup
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--tables", required=True, nargs="+", type=Path)
+    p.add_argument(
+        "--summaries", required=True, nargs="+", type=Path, help="train_summary.json per run"
+    )
+    p.add_argument("--base", required=True, type=Path, help="the base model (sft_metrics.json)")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args()
     setup()
@@ -20,7 +26,13 @@ def main() -> None:
     for path in args.tables:
         table = pl.read_csv(path)
         tables[str(table["benchmark"][0])] = table
-    wide = main_table(tables)
+    machines = machines_by_run_name(args.summaries)
+    sft = args.base / "sft_metrics.json"
+    base_machine = json.loads(sft.read_text()).get("machine") if sft.is_file() else None
+    machines["base"] = machines_of([{"machine": base_machine}] if base_machine else [{}])
+    wide = main_table(tables).with_columns(
+        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     wide.write_csv(args.out)
     log.info("wrote %s:\n%s", args.out, wide.select("method", *tables))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rredcot.data.schema import read_parquet
+from rredcot.machine import machine_info
 from rredcot.models.sft import SFTSettings, demonstrations, run_sft
 from rredcot.models.tiny import build_tiny_model, count_parameters
 from rredcot.models.tokenizer import build_byte_tokenizer
@@ -52,6 +53,7 @@ def main() -> None:
         model, tokenizer, examples, SFTSettings(seed=seed, **sft), args.out, heldout=heldout
     )
     metrics["train/slipped_demonstrations"] = slipped
+    metrics["machine"] = machine_info()
     log.info("SFT metrics: %s", json.dumps(metrics, default=str))
     (args.out / "sft_metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
+
+from rredcot.machine import machines_by_run_name
 from rredcot.reporting.training import compute_cost, plot_training_curves, training_curves
 from rredcot.steps.cli import log, parser, setup
 
@@ -33,7 +36,10 @@ def main() -> None:
     args.curves.parent.mkdir(parents=True, exist_ok=True)
     curves.write_csv(args.curves)
     plot_training_curves(curves, args.figure)
-    cost = compute_cost(curves)
+    machines = machines_by_run_name(args.summaries)
+    cost = compute_cost(curves).with_columns(
+        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
+    )
     cost.write_csv(args.cost)
     log.info("compute cost per step:\n%s", cost)
 

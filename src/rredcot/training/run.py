@@ -41,6 +41,7 @@ from trl.distributed import DistributedBackend
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.machine import machine_info
 from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
@@ -654,8 +655,24 @@ def fingerprint(path: str | Path) -> str:
 
 
 def run_record(settings: TrainingSettings, fingerprints: Mapping[str, str]) -> dict[str, Any]:
-    """What a run directory was started with: the settings and the inputs' fingerprints."""
-    return {"settings": settings.to_dict(), "inputs": dict(sorted(fingerprints.items()))}
+    """What a run directory was started with: the settings and the inputs' fingerprints (its
+    identity, `RECORD_IDENTITY`), and the machine it started on (recorded, not compared: a run
+    may resume on another node)."""
+    return {
+        "settings": settings.to_dict(),
+        "inputs": dict(sorted(fingerprints.items())),
+        "machine": machine_info(),
+    }
+
+
+RECORD_IDENTITY: tuple[str, ...] = ("settings", "inputs")
+
+
+def _identity(record: Any) -> Any:
+    """The blocks of a run record that decide whether a directory belongs to a run."""
+    if not isinstance(record, dict):
+        return record
+    return {k: record.get(k) for k in RECORD_IDENTITY}
 
 
 def _changed_keys(old: Any, new: Mapping[str, Any]) -> list[str]:
@@ -663,7 +680,7 @@ def _changed_keys(old: Any, new: Mapping[str, Any]) -> list[str]:
     if not isinstance(old, dict):
         return ["no record"]
     keys = []
-    for block in ("settings", "inputs"):
+    for block in RECORD_IDENTITY:
         a, b = old.get(block, {}), json.loads(json.dumps(new.get(block, {})))
         keys += [f"{block}.{k}" for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
     return keys
@@ -678,7 +695,7 @@ def claim_run_dir(out: Path, record: Mapping[str, Any], main: bool = True) -> No
         return
     if out.is_dir() and any(out.iterdir()):
         old = json.loads(path.read_text()) if path.is_file() else None
-        if old != json.loads(json.dumps(record)):
+        if _identity(old) != _identity(json.loads(json.dumps(record))):
             changed = _changed_keys(old, record)
             n = 0
             while out.with_name(f"{out.name}.stale-{n}").exists():
@@ -774,6 +791,7 @@ def train_policy(
         "problems_without_reference": without_reference,
         "resumed_from_step": resume_step,
         "seconds_this_session": seconds,
+        "machine": machine_info(),
     }
     if main:
         (out / "train_summary.json").write_text(json.dumps(summary, indent=2))

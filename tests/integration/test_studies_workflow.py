@@ -122,7 +122,7 @@ def test_segmentation_sweep(studies_run):
         "hybrid_k4",
     ]
     assert (table["mean_num_segments"] <= table["requested_segments"]).all()
-    for col in ("credits_rho", "values_rho"):
+    for col in ("credits_tau_b", "values_tau_b"):
         rho = table[col].drop_nans().drop_nulls()
         assert ((rho >= -1) & (rho <= 1)).all()
     assert (table["n_mid_line_states"] <= table["n_states"]).all()

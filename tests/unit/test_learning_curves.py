@@ -6,9 +6,17 @@ import numpy as np
 import polars as pl
 import pytest
 
+from rredcot.evaluation.paired import (
+    conservative_verdict,
+    paired_bootstrap,
+    seed_t_interval,
+    t_interval,
+    t_quantile_975,
+)
 from rredcot.reporting.curves import (
     RunScores,
     cumulative_compute,
+    equal_compute_steps,
     learning_curves,
     method_comparison,
     plot_learning_curves,
@@ -92,15 +100,107 @@ def test_comparison_pairs_methods_and_reads_no_difference() -> None:
     assert vs_base.filter(pl.col("seed") == "1")["seeds"][0] == 1
 
 
-def test_fewer_steps_compared_at_equal_steps_and_equal_seconds() -> None:
+def test_fewer_steps_compared_at_equal_steps_and_equal_compute() -> None:
     grpo = [run("grpo", s, [0, 0, 1, 0], [1, 1, 1, 0], steps=4) for s in (1,)]
     empty = rewards([0] * 4, 0).head(0)
     mc = RunScores("mc", 1, 2, empty, rewards([1, 1, 1, 1]), metrics(2, 2.0, 10))
     table = method_comparison([*grpo, mc], BASE, n_resamples=200)
     measures = table.filter(pl.col("against") == "grpo")["measure"].to_list()
-    assert measures == ["final_equal_steps", "auc_equal_steps", "final_equal_seconds"]
-    equal_seconds = table.filter(pl.col("measure") == "final_equal_seconds").row(0, named=True)
-    assert equal_seconds["reference_step"] == 4  # mc's 4 s = grpo's 4 steps of 1 s
+    assert measures == [
+        "final_equal_steps",
+        "auc_equal_steps",
+        "final_equal_seconds",
+        "final_equal_tokens",
+    ]
+    seconds = table.filter(pl.col("measure") == "final_equal_seconds").row(0, named=True)
+    # mc's 2 steps cost 4 s = grpo's 4 steps of 1 s: both at their ends, the same budget
+    assert (seconds["method_step"], seconds["against_step"]) == (2, 4)
+    assert seconds["method_seconds"] == seconds["against_seconds"] == 4.0
+    assert seconds["note"] == ""
+    tokens = table.filter(pl.col("measure") == "final_equal_tokens").row(0, named=True)
+    # tokens/seen grows 10 per step for both: mc's 2 steps = grpo's step 2 (its mid-run curve)
+    assert (tokens["method_step"], tokens["against_step"]) == (2, 2)
+    assert tokens["method_forward_tokens"] == tokens["against_forward_tokens"] == 20.0
+    assert tokens["difference"] == pytest.approx(1.0 - 0.25)
+
+
+def test_equal_compute_never_credits_unspent_compute() -> None:
+    # The MC − GRPO case of the default: MC's 30 steps cost 380 s, GRPO's whole run 112 s.
+    mc = {0: 0.0, 15: 190.0, 30: 380.0}
+    grpo = {0: 0.0, 15: 28.0, 30: 56.0, 45: 84.0, 60: 112.0}
+    match = equal_compute_steps(mc, grpo, list(mc), list(grpo), "s")
+    assert (match.method_step, match.against_step) == (15, 60)
+    assert match.note.startswith("reference exhausted")
+    # The reference spent more: the method at its end, the reference where it had spent as much
+    cheap = {0: 0.0, 2: 4.0}
+    dear = {0: 0.0, 2: 2.0, 4: 4.0, 6: 6.0, 8: 8.0}
+    match = equal_compute_steps(cheap, dear, list(cheap), list(dear), "s")
+    assert (match.method_step, match.against_step) == (2, 4)
+    assert match.note.startswith("reference at its step nearest")
+    # A tie between two reference steps takes the earlier one
+    match = equal_compute_steps({0: 0.0, 1: 3.0}, dear, [0, 1], list(dear), "s")
+    assert match.against_step == 2
+
+
+def test_comparison_has_per_seed_rows_against_grpo_and_a_t_interval() -> None:
+    grpo = [run("grpo", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2, 3)]
+    finals = {1: [1, 1, 1, 0], 2: [1, 0, 1, 1], 3: [1, 1, 1, 1]}
+    other = [run("rredcot", s, [0, 0, 1, 0], finals[s]) for s in (1, 2, 3)]
+    table = method_comparison([*grpo, *other], BASE, n_resamples=300)
+    vs = table.filter(
+        (pl.col("method") == "rredcot")
+        & (pl.col("against") == "grpo")
+        & (pl.col("measure") == "final")
+    )
+    assert vs["seed"].to_list() == ["all", "1", "2", "3"]
+    assert vs["difference"].to_list() == pytest.approx([1 / 3, 0.25, 0.25, 0.5])
+    pooled = vs.row(0, named=True)
+    # per-seed mean differences 0.25, 0.25, 0.5: mean 1/3, s = 0.1443, t(2) = 4.303
+    half = 4.303 * np.std([0.25, 0.25, 0.5], ddof=1) / np.sqrt(3)
+    assert pooled["seed_t_ci95_low"] == pytest.approx(1 / 3 - half)
+    assert pooled["seed_t_ci95_high"] == pytest.approx(1 / 3 + half)
+    # 0.333 ± 0.359 holds 0 over seeds: whatever the bootstrap says, the verdict cannot be
+    # "better" (the conservative one of the two)
+    assert pooled["seed_t_verdict"] == "no difference"
+    assert pooled["verdict"] == "no difference"
+    per_seed = vs.filter(pl.col("seed") != "all")
+    assert per_seed["seed_t_verdict"].to_list() == ["n/a"] * 3
+    assert per_seed["seeds"].to_list() == [1, 1, 1]
+
+
+def test_t_interval_uses_students_t_not_the_normal() -> None:
+    low, high = t_interval(np.array([0.1, 0.2, 0.3]))
+    assert (low, high) == pytest.approx(
+        (0.2 - 4.303 * 0.1 / np.sqrt(3), 0.2 + 4.303 * 0.1 / np.sqrt(3))
+    )
+    assert t_quantile_975(1) == 12.706 and t_quantile_975(30) == 2.042
+    assert t_quantile_975(200) == 1.960
+    assert all(np.isnan(t_interval(np.array([0.4]))))
+
+
+def test_seed_t_interval_covers_a_known_difference_when_seed_variance_dominates() -> None:
+    """200 simulated 3-seed experiments, seed sd 0.05 against a problem mean sd of 0.014: the t
+    interval over seeds covers the true difference in >= 90% (nominal 95%); the two-level
+    bootstrap, whose seed draw has 3 values, covers it far less often."""
+    rng = np.random.default_rng(7)
+    delta, covered_t, covered_boot = 0.03, 0, 0
+    for i in range(200):
+        seed_effect = rng.normal(0.0, 0.05, size=(3, 1))
+        d = delta + seed_effect + rng.normal(0.0, 0.1, size=(3, 50))
+        low, high = seed_t_interval(d, np.zeros_like(d))
+        covered_t += low <= delta <= high
+        boot = paired_bootstrap(d, np.zeros_like(d), n_resamples=400, seed=i)
+        covered_boot += boot.ci_low <= delta <= boot.ci_high
+    assert covered_t / 200 >= 0.90
+    assert covered_boot / 200 < 0.85
+
+
+def test_conservative_verdict_needs_both_intervals() -> None:
+    assert conservative_verdict("better", "better") == "better"
+    assert conservative_verdict("better", "no difference") == "no difference"
+    assert conservative_verdict("worse", "better") == "no difference"
+    assert conservative_verdict("worse", "n/a") == "worse"
+    assert conservative_verdict("n/a", "n/a") == "n/a"
 
 
 def test_missing_seed_for_one_method_is_an_error() -> None:

@@ -44,20 +44,23 @@ from rredcot.studies.agreement import (
     null_estimates,
 )
 from rredcot.studies.estimators import ESTIMATE_SCHEMA
-from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
-from rredcot.studies.localization import localization_table, true_segments
+from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
+from rredcot.studies.localization import localization_sets, localization_table, true_segments
 from rredcot.studies.metrics import (
     argmin_set,
     average_ranks,
     bootstrap_mean_ci,
     ceiling,
     disattenuate,
+    kendall_flat0,
     localization_hits,
+    percentile_ci,
     random_localization,
     rankdata,
     spearman,
     spearman_brown,
     spearman_flat0,
+    split_half_factor,
 )
 from rredcot.studies.rollouts import (
     ROLLOUT_SCHEMA,
@@ -211,9 +214,9 @@ def test_spearman_flat0_matches_spearman_where_defined(pairs: list[tuple[int, in
 
 def test_spearman_brown_and_the_ceiling_on_a_known_case() -> None:
     # Two halves correlating 0.5: the full-length reliability is 2·0.5/1.5 = 2/3, ceiling √(2/3).
-    assert spearman_brown(0.5) == pytest.approx(2 / 3)
-    assert ceiling(spearman_brown(0.5)) == pytest.approx(math.sqrt(2 / 3))
-    assert spearman_brown(1.0) == 1.0 and spearman_brown(0.0) == 0.0
+    assert spearman_brown(0.5, 2) == pytest.approx(2 / 3)
+    assert ceiling(spearman_brown(0.5, 2)) == pytest.approx(math.sqrt(2 / 3))
+    assert spearman_brown(1.0, 2) == 1.0 and spearman_brown(0.0, 2) == 0.0
     assert spearman_brown(0.25, factor=4) == pytest.approx(1 / 1.75)
     assert math.isnan(ceiling(-0.1)) and math.isnan(ceiling(float("nan")))
     assert disattenuate(0.4, 0.64) == pytest.approx(0.5)
@@ -225,7 +228,12 @@ def test_spearman_brown_and_the_ceiling_on_a_known_case() -> None:
     b = truth + rng.normal(scale=1.5, size=truth.size)
     r_half = np.corrcoef(a, b)[0, 1]
     r_full = np.corrcoef((a + b) / 2, truth)[0, 1]
-    assert ceiling(spearman_brown(r_half)) == pytest.approx(r_full, abs=0.01)
+    assert ceiling(spearman_brown(r_half, 2)) == pytest.approx(r_full, abs=0.01)
+    # The factor is n_total / n_half: 33 rollouts split into halves of 16 step up by 33/16
+    assert split_half_factor(33, 16) == pytest.approx(33 / 16)
+    assert spearman_brown(0.5, 33 / 16) == pytest.approx((33 / 16 * 0.5) / (1 + 17 / 16 * 0.5))
+    with pytest.raises(ValueError, match="n_half"):
+        split_half_factor(8, 0)
 
 
 def test_common_set_drops_a_trace_for_everyone_or_no_one() -> None:
@@ -271,7 +279,7 @@ def test_agreement_table_hand_computed_and_paired() -> None:
         },
     )
     halves = (GT, GT)  # identical halves: split-half 1, reliability 1, ceiling 1
-    table = agreement_table(est, GT, halves, reference="good", resamples=300, seed=0)
+    table = agreement_table(est, GT, halves, reference="good", resamples=300, seed=0, step_up=2)
     row = {(r["target"], r["aggregation"], r["estimator"]): r for r in table.iter_rows(named=True)}
     good, flat = row["credits", "per_trace", "good"], row["credits", "per_trace", "flat"]
     assert good["rho"] == pytest.approx(1.0) and good["n_traces"] == 2
@@ -308,7 +316,7 @@ def test_agreement_paired_ci_is_narrower_than_the_unpaired_one() -> None:
         rows.append((t, "b", (g + noise + rng.normal(scale=0.3, size=6)).tolist()))
     gt = pl.DataFrame({"trace_index": list(range(60)), "sigma": truth, "values": truth})
     est = _estimates(rows)
-    table = agreement_table(est, gt, (gt, gt), reference="a", resamples=500, seed=0)
+    table = agreement_table(est, gt, (gt, gt), reference="a", resamples=500, seed=0, step_up=2)
     b = table.filter(
         (pl.col("estimator") == "b") & (pl.col("target") == "credits"),
         pl.col("aggregation") == "per_trace",
@@ -316,23 +324,136 @@ def test_agreement_paired_ci_is_narrower_than_the_unpaired_one() -> None:
     assert b["diff_ci95_high"] - b["diff_ci95_low"] < 0.5 * (b["ci95_high"] - b["ci95_low"])
 
 
+def test_split_half_is_stepped_up_by_the_rollout_counts_and_skips_unscorable_halves() -> None:
+    # Two halves that disagree by one swap in every trace: per-trace Spearman 0.5 each
+    # ([1,2,3] vs [2,1,3]: 1 − 6·2/24), so the split half is 0.5 and, stepped up from halves of
+    # 16 to 33 rollouts, the reliability is (33/16·0.5) / (1 + 17/16·0.5) = 0.6735.
+    gt = pl.DataFrame(
+        {
+            "trace_index": [0, 1, 2],
+            "sigma": [[1.0, 2.0, 3.0], [3.0, 1.0, 2.0], [2.0, 3.0, 1.0]],
+            "values": [[1.0, 2.0, 3.0], [3.0, 1.0, 2.0], [2.0, 3.0, 1.0]],
+        }
+    )
+    first = gt.with_columns(
+        sigma=pl.Series([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0], [1.0, 2.0, float("nan")]])
+    )
+    second = gt.with_columns(sigma=pl.Series([[2.0, 1.0, 3.0], [3.0, 2.0, 1.0], [2.0, 3.0, 1.0]]))
+    est = _estimates([(t, "a", v) for t, v in enumerate(gt["sigma"].to_list())])
+    table = agreement_table(
+        est, gt, (first, second), reference="a", resamples=200, seed=0, step_up=33 / 16
+    )
+    r = table.filter((pl.col("target") == "credits") & (pl.col("aggregation") == "per_trace"))
+    r = r.row(0, named=True)
+    # trace 2's first half has an unfinished state: out of the split half (counted), not 0
+    assert r["split_half_excluded"] == 1
+    assert r["split_half_rho"] == pytest.approx(0.5)
+    assert r["reliability"] == pytest.approx((33 / 16 * 0.5) / (1 + 17 / 16 * 0.5))
+    assert r["ceiling"] == pytest.approx(math.sqrt(r["reliability"]))
+    assert r["step_up"] == pytest.approx(33 / 16)
+    pooled = table.filter((pl.col("target") == "credits") & (pl.col("aggregation") == "pooled"))
+    pooled = pooled.row(0, named=True)
+    assert pooled["split_half_excluded"] == 1  # one state of 9
+    assert pooled["split_half_rho"] == pytest.approx(
+        spearman([1, 2, 3, 3, 1, 2, 1, 2], [2, 1, 3, 3, 2, 1, 2, 3])
+    )
+
+
+def test_split_half_step_up_reads_the_rollout_count() -> None:
+    rollouts = pl.DataFrame({"rollout": list(range(33))})
+    assert split_half_step_up(rollouts) == pytest.approx(33 / 16)
+    assert split_half_step_up(pl.DataFrame({"rollout": list(range(32))})) == 2.0
+
+
+def test_percentile_ci_reports_the_share_it_left_out() -> None:
+    ci = percentile_ci(np.array([0.0, 1.0, np.nan, 2.0]))
+    assert ci.dropped_share == 0.25
+    assert (ci.low, ci.high) == pytest.approx(tuple(np.percentile([0.0, 1.0, 2.0], [2.5, 97.5])))
+    assert math.isnan(percentile_ci(np.array([np.nan])).low)
+
+
+def test_kendall_tau_b_hand_cases_and_flat() -> None:
+    # 4 items, one discordant pair of 6: (5 − 1) / 6
+    assert kendall_flat0([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    # ties: x = [1,1,2] has 2 untied pairs, y = [1,2,3] 3; concordant 2: 2 / √6
+    assert kendall_flat0([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert kendall_flat0([1, 1, 1], [1, 2, 3]) == 0.0
+    assert kendall_flat0([3, 2, 1], [1, 2, 3]) == -1.0
+    assert math.isnan(kendall_flat0([1.0], [2.0]))
+    # K = 2: τ-b and Spearman agree (±1); the sweep's statistic is τ-b
+    assert kendall_flat0([1, 2], [2, 3]) == spearman([1, 2], [2, 3]) == 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=2, max_size=10))
+def test_kendall_tau_b_counts_pairs(pairs: list[tuple[int, int]]) -> None:
+    x, y = [float(a) for a, _ in pairs], [float(b) for _, b in pairs]
+    conc = disc = tx = ty = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+            tx += dx != 0
+            ty += dy != 0
+            conc += dx * dy > 0
+            disc += dx * dy < 0
+    want = 0.0 if tx == 0 or ty == 0 else (conc - disc) / math.sqrt(tx * ty)
+    assert kendall_flat0(x, y) == pytest.approx(want)
+
+
+def test_kendall_tau_b_expectation_does_not_depend_on_k() -> None:
+    """A state's estimate is its true value plus noise: mean per-trace Spearman falls with few
+    states, τ-b's expectation stays put (the reason the sweep uses it across K)."""
+    rng = np.random.default_rng(3)
+
+    def mean_stat(stat, k: int) -> float:
+        vals = []
+        for _ in range(3000):
+            g = rng.normal(size=k)
+            vals.append(stat(g + rng.normal(scale=0.8, size=k), g))
+        return float(np.mean(vals))
+
+    tau = [mean_stat(kendall_flat0, k) for k in (2, 3, 6)]
+    rho = [mean_stat(spearman_flat0, k) for k in (2, 3, 6)]
+    assert max(tau) - min(tau) < 0.03
+    assert rho[2] - rho[0] > 0.05  # Spearman rises with K at the same noise
+
+
 def test_null_estimates_know_only_the_return() -> None:
     traces = pl.DataFrame({"trace_index": [0, 1], "reward": [1.0, 0.0]})
     seg = pl.DataFrame({"trace_index": [0, 1], "num_segments": [3, 2]})
-    null = null_estimates(traces, seg, constant=0.25)
-    assert null["sigma"].to_list() == [[0.0, 0.0, 0.75], [0.0, -0.25]]
-    assert null["values"].to_list() == [[0.25] * 3, [0.25] * 2]
+    null = null_estimates(traces, seg)
+    # Φ_k = R at every state: constant within a trace, different between traces; σ all 0
+    assert null["values"].to_list() == [[1.0] * 3, [0.0] * 2]
+    assert null["sigma"].to_list() == [[0.0, 0.0, 0.0], [0.0, 0.0]]
     assert set(null["estimator"]) == {NULL}
 
 
-def test_cost_match_interpolates_in_log2_and_reads_the_verdicts() -> None:
+def test_null_row_explains_what_r_explains_and_nothing_within_a_trace() -> None:
+    # Ground-truth values that track the outcome: higher in the correct traces.
+    traces = pl.DataFrame({"trace_index": [0, 1, 2, 3], "reward": [1.0, 0.0, 1.0, 0.0]})
+    seg = pl.DataFrame({"trace_index": [0, 1, 2, 3], "num_segments": [3, 3, 3, 3]})
+    values = [[0.6, 0.7, 0.9], [0.5, 0.3, 0.1], [0.5, 0.8, 0.95], [0.4, 0.35, 0.2]]
+    sigmas = [[0.1, 0.2, 0.1], [-0.2, -0.2, -0.1], [0.3, 0.15, 0.05], [-0.05, -0.15, -0.2]]
+    gt = pl.DataFrame({"trace_index": [0, 1, 2, 3], "sigma": sigmas, "values": values})
+    null = null_estimates(traces, seg)
+    table = agreement_table(null, gt, (gt, gt), reference=NULL, resamples=100, seed=0, step_up=2)
+    row = {(r["target"], r["aggregation"]): r["rho"] for r in table.iter_rows(named=True)}
+    assert row["values", "per_trace"] == 0.0  # constant within each trace
+    assert row["values", "pooled"] == pytest.approx(
+        spearman([1.0] * 3 + [0.0] * 3 + [1.0] * 3 + [0.0] * 3, [v for x in values for v in x])
+    )
+    assert row["values", "pooled"] > 0.7
+    assert row["credits", "per_trace"] == 0.0 and row["credits", "pooled"] == 0.0
+
+
+def _cost_table(ref_rho: float = 0.6) -> pl.DataFrame:
     rows = [
         ("mc_n1", "mc", 1, 0.2, "worse", 10.0),
         ("mc_n2", "mc", 2, 0.4, "no difference", 20.0),
         ("mc_n4", "mc", 4, 0.8, "better", 40.0),
-        ("ref", "rredcot", None, 0.6, "reference", 5.0),
+        ("ref", "rredcot", None, ref_rho, "reference", 5.0),
     ]
-    table = pl.DataFrame(
+    return pl.DataFrame(
         {
             "target": ["credits"] * 4,
             "aggregation": ["per_trace"] * 4,
@@ -345,20 +466,52 @@ def test_cost_match_interpolates_in_log2_and_reads_the_verdicts() -> None:
             "seconds_per_trace": [r[5] / 10 for r in rows],
         }
     )
+
+
+def test_cost_match_crosses_in_log2_n_and_costs_linearly_in_n() -> None:
+    table = _cost_table()
     m = cost_match(table, "ref").row(0, named=True)
-    assert m["n_equal"] == pytest.approx(2**1.5)
+    n_eq = 2**1.5  # ρ 0.6 halfway between N = 2 (0.4) and N = 4 (0.8) in log2 N
+    assert m["n_equal"] == pytest.approx(n_eq)
     assert m["mc_better_from_n"] == 4 and m["mc_worse_up_to_n"] == 1
-    assert m["token_ratio"] == pytest.approx(np.interp(1.5, [0, 1, 2], [10, 20, 40]) / 5)
-    above = cost_match(
-        table.with_columns(rho=pl.when(pl.col("estimator") == "ref").then(0.9).otherwise("rho")),
-        "ref",
-    ).row(0, named=True)
-    assert math.isnan(above["n_equal"]) and "no measured N" in above["note"]
-    below = cost_match(
-        table.with_columns(rho=pl.when(pl.col("estimator") == "ref").then(0.1).otherwise("rho")),
-        "ref",
-    ).row(0, named=True)
-    assert below["n_equal"] == 1.0 and "already matches" in below["note"]
+    # tokens are linear in N: 20 + (2.83 − 2)/2 · 20 = 28.3 tokens, over the reference's 5
+    assert m["token_ratio"] == pytest.approx(np.interp(n_eq, [1, 2, 4], [10, 20, 40]) / 5)
+    assert m["token_ratio"] == pytest.approx(n_eq * 10 / 5)
+    above = cost_match(_cost_table(0.9), "ref").row(0, named=True)
+    assert math.isinf(above["n_equal"]) and "beyond the largest N" in above["note"]
+    assert math.isnan(above["token_ratio"])
+    below = cost_match(_cost_table(0.1), "ref").row(0, named=True)
+    assert below["n_equal"] == 1.0 and "smallest N" in below["note"]
+
+
+def test_cost_match_ci_from_the_shared_resamples() -> None:
+    table = _cost_table()
+    n_res = 200
+    ref = np.full(n_res, 0.6)
+    # MC-4's agreement varies across resamples: 0.8 (crossing 2^1.5), 0.62 (just above the
+    # reference: crossing near 4) and 0.5 (never reaches it) in 50 / 45 / 5 percent
+    mc4 = np.array([0.8] * 100 + [0.62] * 90 + [0.5] * 10)
+    samples = {
+        ("credits", "per_trace"): {
+            "ref": ref,
+            "mc_n1": np.full(n_res, 0.2),
+            "mc_n2": np.full(n_res, 0.4),
+            "mc_n4": mc4,
+        }
+    }
+    m = cost_match(table, "ref", samples).row(0, named=True)
+    assert m["share_beyond_max_n"] == pytest.approx(0.05)
+    assert m["share_at_min_n"] == 0.0
+    assert m["n_equal_ci95_low"] == pytest.approx(2**1.5)
+    assert math.isinf(m["n_equal_ci95_high"])  # 5% of resamples beyond N = 4 > the 2.5% tail
+    assert m["token_ratio_ci95_low"] == pytest.approx(2**1.5 * 10 / 5)
+    assert math.isinf(m["token_ratio_ci95_high"])
+    # Fewer resamples beyond the largest N than the tail: a finite upper bound
+    samples["credits", "per_trace"]["mc_n4"] = np.array([0.8] * 100 + [0.62] * 99 + [0.5])
+    m = cost_match(table, "ref", samples).row(0, named=True)
+    high = 2 ** (1 + (0.6 - 0.4) / (0.62 - 0.4))
+    assert m["n_equal_ci95_high"] == pytest.approx(high)
+    assert m["token_ratio_ci95_high"] == pytest.approx(high * 10 / 5)
 
 
 def test_correlation_matrix_symmetric_on_the_common_set() -> None:
@@ -718,11 +871,12 @@ def test_sweep_table_rows_per_cell() -> None:
         estimator="rredcot_x",
         resamples=100,
         seed=0,
+        step_up=split_half_step_up(rollouts),
         mid_line={"keyword_k3": (4, 0), "fixed_k3": (4, 3)},
     )
     assert table["segmentation"].to_list() == ["keyword_k3", "fixed_k3"]
-    assert table["credits_rho"].to_list() == pytest.approx([1.0, 1.0])  # σ = σ_gt
-    assert table["values_rho"].to_list() == pytest.approx([1.0, 1.0])  # V = V_gt
+    assert table["credits_tau_b"].to_list() == pytest.approx([1.0, 1.0])  # σ = σ_gt
+    assert table["values_tau_b"].to_list() == pytest.approx([1.0, 1.0])  # V = V_gt
     assert table["n_mid_line_states"].to_list() == [0, 3]
     assert table["top1_rredcot_x"].to_list() == table["top1_ground_truth"].to_list()
     assert table["top1_random"].to_list() == pytest.approx([1 / 3, 1 / 3])
@@ -829,7 +983,7 @@ def test_figures_are_written(tmp_path: Path) -> None:
         {
             "strategy": ["fixed", "fixed", "hybrid", "hybrid"],
             "requested_segments": [2, 4, 2, 4],
-            "credits_rho": [0.3, 0.4, 0.5, 0.6],
+            "credits_tau_b": [0.3, 0.4, 0.5, 0.6],
             "credits_ci95_low": [0.2, 0.3, 0.4, 0.5],
             "credits_ci95_high": [0.4, 0.5, 0.6, 0.7],
             "top1_rredcot_x": [0.6, 0.4, 0.7, 0.5],
@@ -948,3 +1102,34 @@ def test_the_study_pool_is_disjoint_from_the_world_and_leaves_it_alone() -> None
     assert pool["id"][0] == "synth-study_pool-00000"
     again = make_world(SplitSpec(50, (2, 3)), {"synth_id": SplitSpec(20, (3,))}, 7, config)
     assert all(again[k].equals(world[k]) for k in world)  # the world does not know the pool
+
+
+def test_localization_sets_without_an_other_path_column() -> None:
+    truth = pl.DataFrame({"trace_index": [0, 1], "num_segments": [3, 3], "true_segment": [0, 2]})
+    est = _estimates([(0, "rredcot_a", [0.0, 1.0, 2.0]), (0, "rredcot_a_other_path", [1, 0, 2])])
+    est = est.with_columns(family=pl.lit("rredcot"))
+    traces = pl.DataFrame({"trace_index": [0, 1], "reward": [0.0, 0.0]})
+    sets = localization_sets(traces, truth, truth.head(1), est, reference="rredcot_a")
+    assert list(sets) == ["all_incorrect", "agreement_incorrect"]  # no column: no error
+    assert sets["all_incorrect"][1]["estimator"].to_list() == ["rredcot_a"]
+    with_other = traces.with_columns(reference_other_path=pl.Series([None, "d=c+a"]))
+    sets = localization_sets(with_other, truth, truth.head(1), est, reference="rredcot_a")
+    assert sets["other_path"][0]["trace_index"].to_list() == [1]
+    assert sorted(sets["other_path"][1]["estimator"]) == ["rredcot_a", "rredcot_a_other_path"]
+
+
+def test_agreement_per_trace_statistic_is_selectable() -> None:
+    # one trace of 4 states with one adjacent swap: Spearman 0.8, Kendall τ-b 4/6
+    gt = pl.DataFrame(
+        {"trace_index": [0], "sigma": [[1.0, 2.0, 3.0, 4.0]], "values": [[1.0, 2.0, 3.0, 4.0]]}
+    )
+    est = _estimates([(0, "a", [1.0, 3.0, 2.0, 4.0])])
+    common = dict(reference="a", resamples=50, seed=0, step_up=2)
+    kendall = agreement_table(est, gt, (gt, gt), statistic="kendall", **common)
+    spear = agreement_table(est, gt, (gt, gt), **common)
+    pick = (pl.col("target") == "credits") & (pl.col("aggregation") == "per_trace")
+    assert kendall.filter(pick)["rho"][0] == pytest.approx(4 / 6)
+    assert kendall.filter(pick)["statistic"][0] == "kendall"
+    assert spear.filter(pick)["rho"][0] == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="statistic"):
+        agreement_table(est, gt, (gt, gt), statistic="pearson", **common)

@@ -7,6 +7,13 @@ comparison. The 95% CI comes from a two-level percentile bootstrap: each resampl
 seeds with replacement and, independently, the problems with replacement, and averages d over
 the drawn grid; so both the spread between training runs and the spread between problems
 widen the interval. A difference whose interval holds 0 is reported as no difference.
+
+With few seeds that bootstrap understates the spread between training runs: drawing 3 seeds
+with replacement shrinks their variance by 2/3 and its percentiles behave like normal
+quantiles, not Student's t with 2 degrees of freedom (coverage ~75% when seed variance
+dominates). Seeds are the unit of replication for a training claim, so `seed_t_interval` gives
+the t interval over the per-seed mean differences (df = seeds − 1) beside it, and
+`conservative_verdict` keeps a direction only when both intervals exclude 0 on the same side.
 """
 
 from __future__ import annotations
@@ -29,11 +36,59 @@ class PairedDifference:
     @property
     def verdict(self) -> str:
         """`better` / `worse` when the CI excludes 0, else `no difference`."""
-        if self.ci_low > 0:
-            return "better"
-        if self.ci_high < 0:
-            return "worse"
-        return "no difference"
+        return interval_verdict(self.ci_low, self.ci_high)
+
+
+# Student's t 0.975 quantiles for 1 … 30 degrees of freedom (the normal 1.960 beyond).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """Student's t 0.975 quantile for `df` ≥ 1 degrees of freedom (1.960 beyond 30)."""
+    if df < 1:
+        raise ValueError(f"df: expected >= 1, got {df}")
+    return T975[df - 1] if df <= len(T975) else 1.960
+
+
+def t_interval(values: np.ndarray) -> tuple[float, float]:
+    """Mean ± t_{0.975, n−1} · s/√n of the finite `values` (NaN with fewer than 2: the spread
+    is unknown)."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("nan"), float("nan")
+    half = t_quantile_975(x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def seed_t_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The t interval over seeds of the per-seed mean of a − b ((seeds, problems) arrays): each
+    training seed is one replicate; NaN with one seed."""
+    d = np.atleast_2d(np.asarray(a, np.float64)) - np.atleast_2d(np.asarray(b, np.float64))
+    return t_interval(d.mean(axis=1))
+
+
+def interval_verdict(low: float, high: float) -> str:
+    """`better` / `worse` when an interval excludes 0, `no difference` when it holds 0, `n/a`
+    when it is undefined (NaN)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "n/a"
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    return "no difference"
+
+
+def conservative_verdict(*verdicts: str) -> str:
+    """The verdict all defined intervals agree on; `no difference` when any holds 0 or two
+    disagree (`n/a` ones are ignored; all `n/a` gives `n/a`)."""
+    defined = {v for v in verdicts if v != "n/a"}
+    if not defined:
+        return "n/a"
+    return defined.pop() if len(defined) == 1 else "no difference"
 
 
 def paired_bootstrap(

@@ -12,8 +12,11 @@ The comparison pairs (seed, problem) units (`rredcot.evaluation.paired`): at the
 trapezoid mean of per-problem pass@1 over the evaluated steps, normalised by the run's
 steps, so 1.0 means solved from the first step on). Every method is compared with GRPO and with
 the base; a method with fewer steps (an MC run cut for cost) is compared with GRPO at its own
-last step (final and area, both over the same steps) and at the GRPO step of equal cumulative
-wall seconds (the evaluated GRPO step nearest to it).
+last step (final and area, both over the same steps), and every method at equal cumulative
+wall seconds and at equal forward tokens: the run that spent less is taken at its end and the
+other at its evaluated step nearest that total ("reference exhausted" when GRPO is the one
+that ran out), never a whole run against a fraction of the other's budget. Verdicts take the
+more conservative of the two-level bootstrap and a t interval over seeds (`paired`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from rredcot.evaluation.paired import paired_bootstrap  # noqa: E402
+from rredcot.evaluation.paired import (  # noqa: E402
+    conservative_verdict,
+    interval_verdict,
+    paired_bootstrap,
+    seed_t_interval,
+    t_interval,
+)
 from rredcot.reporting.figures import save_figure  # noqa: E402
 
 BASE = "base"
@@ -89,21 +98,6 @@ def cumulative_compute(metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([zero, out], how="vertical_relaxed")
 
 
-# Student's t 0.975 quantiles for 1 … 30 degrees of freedom (the normal 1.960 beyond).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
-
-
-def _t_interval(values: np.ndarray) -> tuple[float, float]:
-    """Mean ± t_{0.975, n−1} · s/√n over seeds (NaN with one seed: spread unknown)."""
-    if values.size < 2:
-        return float("nan"), float("nan")
-    t = _T975[values.size - 2] if values.size - 1 <= len(_T975) else 1.960
-    half = t * values.std(ddof=1) / np.sqrt(values.size)
-    return float(values.mean() - half), float(values.mean() + half)
-
-
 def learning_curves(
     runs: Sequence[RunScores], base: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -120,7 +114,7 @@ def learning_curves(
     rows = []
     for (method, step), part in table.group_by("method", "step"):
         values = part["pass_at_1"].to_numpy()
-        low, high = _t_interval(values)
+        low, high = t_interval(values)
         rows.append(
             {
                 "method": method,
@@ -170,6 +164,53 @@ def _at_step(points: pl.DataFrame, step: int) -> pl.DataFrame:
     )
 
 
+COMPUTE: dict[str, str] = {"seconds": "cumulative wall seconds", "tokens": "forward tokens"}
+"""Equal-compute measures: the key of `cumulative_compute`'s column (`forward_tokens` for
+tokens) and what it counts."""
+
+
+@dataclass(frozen=True)
+class ComputeMatch:
+    """Where two runs are compared at equal compute: each one's step, and why those steps."""
+
+    method_step: int
+    against_step: int
+    note: str
+
+
+def equal_compute_steps(
+    method_compute: Mapping[int, float],
+    against_compute: Mapping[int, float],
+    method_steps: Sequence[int],
+    against_steps: Sequence[int],
+    unit: str,
+) -> ComputeMatch:
+    """The steps at which a method and its reference have spent the same compute.
+
+    *_compute: evaluated step -> cumulative compute (mean over seeds); *_steps: the evaluated
+    steps, the last one each run's final. The run with the smaller total is taken at its final
+    step and the other at its evaluated step nearest that total (ties: the earlier step), so
+    neither is credited with compute it did not spend; when the reference is the one that ran
+    out, `note` says "reference exhausted" (the method is compared before its end)."""
+    m_final, a_final = max(method_steps), max(against_steps)
+    m_total, a_total = method_compute[m_final], against_compute[a_final]
+
+    def nearest(steps: Sequence[int], compute: Mapping[int, float], total: float) -> int:
+        return min(sorted(steps), key=lambda st: abs(compute[st] - total))
+
+    if a_total >= m_total:
+        a_step = nearest(against_steps, against_compute, m_total)
+        note = "" if a_step == a_final else f"reference at its step nearest the method's {unit}"
+        return ComputeMatch(m_final, a_step, note)
+    m_step = nearest(method_steps, method_compute, a_total)
+    return ComputeMatch(
+        m_step,
+        a_final,
+        f"reference exhausted: its whole run ({a_total:.4g} {unit}) is below the method's "
+        f"({m_total:.4g}); method at its step nearest that total",
+    )
+
+
 def method_comparison(
     runs: Sequence[RunScores],
     base: pl.DataFrame,
@@ -179,9 +220,16 @@ def method_comparison(
 ) -> pl.DataFrame:
     """Every method minus `reference` and minus the base, paired over (seed, problem).
 
-    Rows have `seed` "all" (bootstrap over seeds and problems); the final-step difference from
-    the base is also given per training seed (bootstrap over problems), so a claim about
-    "every seed" can be read off directly."""
+    Rows with `seed` "all" pool the seeds: the two-level bootstrap CI (`ci95_*`) and the t
+    interval over the seeds' mean differences (`seed_t_ci95_*`, df = seeds − 1), each with its
+    verdict; `verdict` is the more conservative of the two (`conservative_verdict`). Rows with
+    one seed (bootstrap over problems) give each training seed's final difference from the
+    base and from `reference`, so "every seed" claims can be read off. Measures: `final`
+    (and `auc`) at the method's last step when both runs are as long (`_equal_steps` when not:
+    at the method's last step, which the reference also evaluated); `final_equal_seconds` and
+    `final_equal_tokens` at equal cumulative compute (`equal_compute_steps`). Every row names
+    both runs' steps and their cumulative seconds and forward tokens there (means over seeds).
+    """
     points = pl.concat([run_points(r, base) for r in runs], how="vertical_relaxed")
     compute = pl.concat(
         [
@@ -201,6 +249,15 @@ def method_comparison(
             raise ValueError(
                 f"method {method}: seeds {have}, but the comparison pairs seeds {seeds}"
             )
+    mean_compute = {
+        (m, int(st)): (sec, tok)
+        for m, st, sec, tok in compute.group_by("method", "step")
+        .agg(pl.col("seconds").mean(), pl.col("forward_tokens").mean())
+        .iter_rows()
+    }
+    evaluated = {
+        m: sorted(points.filter(pl.col("method") == m)["step"].unique().to_list()) for m in steps
+    }
     base_points = _per_problem(base.with_columns(pl.lit(0).alias("step")))
     base_grid = np.tile(
         _grid(
@@ -213,69 +270,92 @@ def method_comparison(
     )
     rows = []
 
-    def add(method: str, against: str, measure: str, a: np.ndarray, b: np.ndarray, **extra) -> None:
+    def where(method: str, step: int) -> dict[str, float]:
+        sec, tok = (0.0, 0.0) if method == BASE else mean_compute[(method, step)]
+        return {"seconds": float(sec), "forward_tokens": float(tok)}
+
+    def add(
+        method: str,
+        against: str,
+        measure: str,
+        a: np.ndarray,
+        b: np.ndarray,
+        steps_: tuple[int, int],
+        note: str = "",
+    ) -> None:
         diff = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
+        t_low, t_high = seed_t_interval(a, b)
+        t_verdict = interval_verdict(t_low, t_high)
+        mine, theirs = where(method, steps_[0]), where(against, steps_[1])
+        per_seed = a.shape[0] == 1 and len(seeds) > 1
         rows.append(
             {
                 "method": method,
                 "against": against,
                 "measure": measure,
+                "seed": "all",
                 "method_score": float(a.mean()),
                 "against_score": float(b.mean()),
                 "difference": diff.mean,
                 "ci95_low": diff.ci_low,
                 "ci95_high": diff.ci_high,
-                "verdict": diff.verdict,
-                "seed": "all",
+                "bootstrap_verdict": diff.verdict,
+                "seed_t_ci95_low": t_low,
+                "seed_t_ci95_high": t_high,
+                "seed_t_verdict": "n/a" if per_seed else t_verdict,
+                "verdict": conservative_verdict(diff.verdict, t_verdict),
                 "seeds": diff.n_seeds,
                 "problems": diff.n_problems,
-                **extra,
+                "method_step": steps_[0],
+                "against_step": steps_[1],
+                "method_seconds": mine["seconds"],
+                "against_seconds": theirs["seconds"],
+                "method_forward_tokens": mine["forward_tokens"],
+                "against_forward_tokens": theirs["forward_tokens"],
+                "note": note,
             }
         )
+
+    def add_per_seed(method: str, against: str, a: np.ndarray, b: np.ndarray, st: tuple) -> None:
+        if len(seeds) > 1:  # each training seed on its own (over problems only)
+            for i, s in enumerate(seeds):
+                add(method, against, "final", a[i : i + 1], b[i : i + 1], st)
+                rows[-1]["seed"] = str(s)
 
     for method, n_steps in steps.items():
         own = points.filter(pl.col("method") == method)
         final = _grid(_at_step(own, n_steps), "score", seeds, problems)
         auc = _grid(_auc(own, n_steps), "auc", seeds, problems)
-        add(method, BASE, "final", final, base_grid, step=n_steps)
-        if len(seeds) > 1:  # each training seed on its own (over problems only)
-            for i, s in enumerate(seeds):
-                add(method, BASE, "final", final[i : i + 1], base_grid[i : i + 1], step=n_steps)
-                rows[-1]["seed"] = str(s)
+        add(method, BASE, "final", final, base_grid, (n_steps, 0))
+        add_per_seed(method, BASE, final, base_grid, (n_steps, 0))
         if method == reference:
             continue
         ref = points.filter(pl.col("method") == reference)
-        # At the method's own last step (equal steps; the reference's final when both ran as
-        # long), and, for a run of another length, at the reference step of equal seconds.
-        evaluated = set(ref["step"].unique().to_list())
         same_length = n_steps == steps[reference]
         suffix = "" if same_length else "_equal_steps"
-        if n_steps in evaluated:
+        if n_steps in evaluated[reference]:
             ref_final = _grid(_at_step(ref, n_steps), "score", seeds, problems)
-            add(method, reference, f"final{suffix}", final, ref_final, step=n_steps)
+            add(method, reference, f"final{suffix}", final, ref_final, (n_steps, n_steps))
+            add_per_seed(method, reference, final, ref_final, (n_steps, n_steps))
             ref_auc = _grid(_auc(ref, n_steps), "auc", seeds, problems)
-            add(method, reference, f"auc{suffix}", auc, ref_auc, step=n_steps)
-        if same_length:
-            continue
-        own_seconds = compute.filter((pl.col("method") == method) & (pl.col("step") == n_steps))[
-            "seconds"
-        ].mean()
-        ref_compute = (
-            compute.filter(pl.col("method") == reference)
-            .group_by("step")
-            .agg(pl.col("seconds").mean())
-        )
-        candidates = ref_compute.filter(pl.col("step").is_in(sorted(evaluated)))
-        nearest = int(candidates.sort((pl.col("seconds") - own_seconds).abs())["step"][0])
-        add(
-            method,
-            reference,
-            "final_equal_seconds",
-            final,
-            _grid(_at_step(ref, nearest), "score", seeds, problems),
-            step=n_steps,
-            reference_step=nearest,
-        )
+            add(method, reference, f"auc{suffix}", auc, ref_auc, (n_steps, n_steps))
+        for unit, column in (("seconds", 0), ("tokens", 1)):
+            match = equal_compute_steps(
+                {st: mean_compute[(method, st)][column] for st in evaluated[method]},
+                {st: mean_compute[(reference, st)][column] for st in evaluated[reference]},
+                evaluated[method],
+                evaluated[reference],
+                COMPUTE[unit],
+            )
+            add(
+                method,
+                reference,
+                f"final_equal_{unit}",
+                _grid(_at_step(own, match.method_step), "score", seeds, problems),
+                _grid(_at_step(ref, match.against_step), "score", seeds, problems),
+                (match.method_step, match.against_step),
+                match.note,
+            )
     return pl.DataFrame(rows, strict=False)
 
 

@@ -229,8 +229,8 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
         dodge = 0.06 * (i - (len(strategies) - 1) / 2)  # keep the CIs apart
         left.errorbar(
             k + dodge,
-            rows["credits_rho"].to_numpy(),
-            yerr=_err(rows, "credits_rho", "credits_ci95_low", "credits_ci95_high"),
+            rows["credits_tau_b"].to_numpy(),
+            yerr=_err(rows, "credits_tau_b", "credits_ci95_low", "credits_ci95_high"),
             marker="o",
             capsize=3,
             color=palette[s],
@@ -260,7 +260,7 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     right.plot([], [], color="gray", marker="o", label=f"{display_name(estimator)} (solid)")
     right.plot([], [], color="gray", marker="x", linestyle=":", label="MC ground truth (dotted)")
     left.set_xlabel("requested segments K")
-    left.set_ylabel("Spearman ρ of RREDCoT credits vs ground truth\n(mean over traces, 95% CI)")
+    left.set_ylabel("Kendall τ-b of RREDCoT credits vs ground truth\n(mean over traces, 95% CI)")
     lows = table["credits_ci95_low"].cast(pl.Float64).drop_nans().drop_nulls()
     bottom = min(-0.25, float(lows.min()) - 0.05) if lows.len() else -1.05
     left.set_ylim(max(bottom, -1.05), 1.05)

@@ -20,9 +20,9 @@ from rredcot.steps.study_common import (
     read_analysis_inputs,
     write_table,
 )
-from rredcot.studies.agreement import agreement_table, cost_match, null_estimates
+from rredcot.studies.agreement import agreement_with_resamples, cost_match, null_estimates
 from rredcot.studies.estimators import rredcot_name
-from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
+from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 
 
 def main() -> None:
@@ -43,19 +43,22 @@ def main() -> None:
         estimates = agreement_rows(traces, inputs.estimates).filter(
             ~pl.col("estimator").str.ends_with("_other_path")
         )
-        constant = float(traces["reward"].mean())
-        estimates = pl.concat(
-            [estimates, null_estimates(traces, seg, constant=constant)], how="vertical_relaxed"
-        )
-        table = agreement_table(
-            estimates, gt, halves, reference=reference, resamples=resamples, seed=seed
-        )
+        estimates = pl.concat([estimates, null_estimates(traces, seg)], how="vertical_relaxed")
         n_gt = int(rollouts["rollout"].max()) + 1
+        table, samples = agreement_with_resamples(
+            estimates,
+            gt,
+            halves,
+            reference=reference,
+            resamples=resamples,
+            seed=seed,
+            step_up=split_half_step_up(rollouts),
+        )
         table = table.with_columns(
             compared_with=pl.lit(f"MC ground truth (N={n_gt}, split halves of {n_gt // 2})"),
             segmentation=pl.lit(f"{seg['strategy'][0]} K={seg['requested_segments'][0] or 'own'}"),
         )
-        matched = cost_match(table, reference)
+        matched = cost_match(table, reference, samples)
         write_table(table, args.out)
         write_table(matched, args.cost_match)
         estimator_agreement_figure(table, args.figure, reference=reference)

@@ -26,7 +26,7 @@ from rredcot.steps.study_common import (
 )
 from rredcot.studies.agreement import null_estimates
 from rredcot.studies.estimators import rredcot_name
-from rredcot.studies.localization import localization_table, true_segments
+from rredcot.studies.localization import localization_sets, localization_table, true_segments
 
 
 def main() -> None:
@@ -37,33 +37,14 @@ def main() -> None:
     reference = rredcot_name(config.value, config.answer_now)
     with Timer("error_localization"):
         traces, seg, estimates = load_estimates_with_ground_truth(args)
-        null = null_estimates(traces, seg, constant=float(traces["reward"].mean()))
+        null = null_estimates(traces, seg)
         estimates = pl.concat([estimates, null], how="vertical_relaxed")
         truth = true_segments(traces, seg)
         if truth.height == 0:
             log.warning("no incorrect trace with a known first error: the table has no rows")
-        family = pl.col("family")
-        name = pl.col("estimator")
-        other = name.str.ends_with("_other_path")
-        sets = {
-            "all_incorrect": (
-                truth,
-                estimates.filter(family.is_in(["rredcot", "attribution", "null"]) & ~other),
-            ),
-            "agreement_incorrect": (
-                agreement_rows(traces, truth),
-                estimates.filter(
-                    family.is_in(["mc", "ground_truth", "null"]) | (name == reference)
-                ),
-            ),
-        }
-        with_other = traces.filter(pl.col("reference_other_path").is_not_null())
-        if "reference_other_path" in traces.columns and with_other.height:
-            chosen = with_other["trace_index"].implode()
-            sets["other_path"] = (
-                truth.filter(pl.col("trace_index").is_in(chosen)),
-                estimates.filter(family == "rredcot"),
-            )
+        sets = localization_sets(
+            traces, truth, agreement_rows(traces, truth), estimates, reference=reference
+        )
         tables = []
         for i, (label, (rows, chosen_estimates)) in enumerate(sets.items()):
             if rows.height == 0 or chosen_estimates.height == 0:

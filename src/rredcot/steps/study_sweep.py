@@ -18,7 +18,7 @@ from rredcot.steps.study_common import (
     write_table,
 )
 from rredcot.studies.estimators import rredcot_estimates, rredcot_name
-from rredcot.studies.ground_truth import ground_truth_sigmas, split_half
+from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 from rredcot.studies.segmentations import MAIN
 from rredcot.studies.sweep import sweep_table
 
@@ -66,6 +66,7 @@ def main() -> None:
             estimator=name,
             resamples=resamples,
             seed=seed,
+            step_up=split_half_step_up(rollouts),
             mid_line=mid_line,
         )
         write_table(table, args.out)
@@ -74,7 +75,7 @@ def main() -> None:
         "wrote %s:\n%s",
         args.out,
         table.select(
-            "segmentation", "credits_rho", "values_rho", "n_mid_line_states", f"top1_{name}"
+            "segmentation", "credits_tau_b", "values_tau_b", "n_mid_line_states", f"top1_{name}"
         ),
     )
 

@@ -24,8 +24,10 @@ METHOD.md §5 asks for statistics that mean what they say; this module implement
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -34,6 +36,7 @@ from rredcot.studies.metrics import (
     bootstrap_indices,
     ceiling,
     disattenuate,
+    kendall_flat0,
     percentile_ci,
     rank_correlation,
     spearman_brown,
@@ -110,29 +113,33 @@ class _Pooled:
     def flat(self, vecs: Vectors) -> np.ndarray:
         return np.concatenate([vecs[t] for t in self.traces])
 
-    def samples(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.array([rank_correlation(x[r], y[r]) for r in self.rows])
+    def samples(self, x: np.ndarray, y: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+        """ρ(x, y) per resample; `keep` (a mask over states) leaves states out of every one."""
+        rows = self.rows if keep is None else [r[keep[r]] for r in self.rows]
+        return np.array([rank_correlation(x[r], y[r]) for r in rows])
 
 
-def null_estimates(
-    traces: pl.DataFrame, segmentation: pl.DataFrame, *, constant: float
-) -> pl.DataFrame:
-    """The null row: an estimator that knows only R. Its potential is the same constant c at
-    every state (c = the mean reward of the study traces), so its values order nothing and its
-    credits are σ = (0, …, 0, R − c) (terminal correction: the whole return lands at the end).
-    """
+def null_estimates(traces: pl.DataFrame, segmentation: pl.DataFrame) -> pl.DataFrame:
+    """The null row (METHOD.md §5): an estimator that knows only R. Its potential is R of the
+    trace at every state (constant within a trace, different between traces), so what R alone
+    explains is visible: its values order no state within a trace but rank traces by outcome
+    (pooled), and its credits σ_k = Φ_k − Φ_{k−1} with the terminal correction σ_K += R − Φ_K
+    are all 0 (a flat σ: it locates nothing, like a random guess)."""
     reward = dict(traces.select("trace_index", "reward").iter_rows())
     rows = []
     for t, k in segmentation.select("trace_index", "num_segments").iter_rows():
-        sigma = [0.0] * (k - 1) + [reward[t] - constant]
+        r = float(reward[t])
+        potentials = np.full(k + 1, r)  # Φ_0 … Φ_K
+        sigma = np.diff(potentials)
+        sigma[-1] += r - potentials[-1]
         rows.append(
             {
                 "trace_index": t,
                 "estimator": NULL,
                 "family": "null",
                 "n_rollouts": None,
-                "sigma": sigma,
-                "values": [constant] * k,
+                "sigma": sigma.tolist(),
+                "values": potentials[:k].tolist(),
                 "forward_tokens": 0,
                 "backward_tokens": 0,
                 "seconds": 0.0,
@@ -157,7 +164,18 @@ def _cost(estimates: pl.DataFrame, name: str, traces: list[int], column: str) ->
     return float(mine[column].cast(pl.Float64).mean())
 
 
-def agreement_table(
+STATISTICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+    "spearman": spearman_flat0,
+    "kendall": kendall_flat0,
+}
+"""Per-trace agreement statistics (a flat vector scores 0): Spearman where K is fixed, Kendall's
+τ-b where cells of different K are compared (its expectation does not depend on K)."""
+
+Resamples = dict[tuple[str, str], dict[str, np.ndarray]]
+"""(target, aggregation) -> estimator -> the statistic on each shared bootstrap resample."""
+
+
+def agreement_with_resamples(
     estimates: pl.DataFrame,
     truth: pl.DataFrame,
     halves: tuple[pl.DataFrame, pl.DataFrame],
@@ -165,22 +183,33 @@ def agreement_table(
     reference: str,
     resamples: int,
     seed: int,
-) -> pl.DataFrame:
-    """One row per (target, aggregation, estimator), every estimator on the target's common set.
+    step_up: float,
+    statistic: str = "spearman",
+) -> tuple[pl.DataFrame, Resamples]:
+    """One row per (target, aggregation, estimator), every estimator on the target's common set,
+    and every estimator's statistic on the shared bootstrap resamples (for `cost_match`).
 
     estimates: the long table of `rredcot.studies.estimators` (sigma, values, costs per trace);
     truth: trace_index, sigma, values of the ground truth (full N); halves: the same from the
-    first and the second half of its rollouts. reference: the estimator the paired differences
-    are taken against. Columns: target, aggregation, estimator, family, n_rollouts, rho,
-    ci95_low, ci95_high, diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
-    disattenuated, reliability, ceiling, ceiling_ci95_low, ceiling_ci95_high,
-    split_half_rho, n_traces, n_states, n_flat_estimate, excluded_<reason>,
-    forward_tokens_per_trace, backward_tokens_per_trace, seconds_per_trace.
+    first and the second half of its rollouts; step_up: n_total / n_half of those rollouts
+    (`split_half_factor`); statistic: the per-trace statistic (`STATISTICS`; pooled is always
+    Spearman). reference: the estimator the paired differences are taken against. Columns:
+    target, aggregation, statistic, estimator, family, n_rollouts, rho, ci95_low, ci95_high,
+    ci_dropped_share, diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
+    disattenuated, reliability, step_up, ceiling, ceiling_ci95_low, ceiling_ci95_high,
+    split_half_rho, split_half_excluded (traces, or states when pooled, whose halves could not
+    be scored: left out of the split half, never scored 0), n_traces, n_states,
+    n_flat_estimate, excluded_<reason>, forward_tokens_per_trace, backward_tokens_per_trace,
+    seconds_per_trace, cost_basis.
     """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic: expected one of {sorted(STATISTICS)}, got {statistic!r}")
+    per_trace_stat = STATISTICS[statistic]
     names = estimates["estimator"].unique(maintain_order=True).to_list()
     if reference not in names:
         raise ValueError(f"reference: {reference!r} is not an estimator; have {names}")
     out = []
+    all_samples: Resamples = {}
     for target_index, target in enumerate(TARGETS):
         column = "sigma" if target == "credits" else "values"
         est = vectors(estimates, column)
@@ -196,36 +225,46 @@ def agreement_table(
         pooled = _Pooled(traces, gt, idx)
 
         per_trace = {
-            n: np.array([spearman_flat0(scored[n][t], gt[t]) for t in traces]) for n in scored
+            n: np.array([per_trace_stat(scored[n][t], gt[t]) for t in traces]) for n in scored
         }
+        # A half with an unfinished state (NaN) cannot be scored: out of the split half, counted.
         half = np.array(
-            [spearman_flat0(_or_nan(first, t, gt[t]), _or_nan(second, t, gt[t])) for t in traces]
+            [per_trace_stat(_or_nan(first, t, gt[t]), _or_nan(second, t, gt[t])) for t in traces]
         )
-        half = np.nan_to_num(half, nan=0.0)  # a half with no finished rollout orders nothing
         a_flat = np.concatenate([_or_nan(first, t, gt[t]) for t in traces])
         b_flat = np.concatenate([_or_nan(second, t, gt[t]) for t in traces])
         finite = np.isfinite(a_flat) & np.isfinite(b_flat)
-        a_flat, b_flat = np.where(finite, a_flat, 0.0), np.where(finite, b_flat, 0.0)
         gt_flat = pooled.flat(gt)
         flat_of = {n: pooled.flat(scored[n]) for n in scored}
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a resample of only NaN halves
+            half_samples = np.nanmean(half[idx], axis=1)
         stats = {
             "per_trace": {
                 "point": {n: float(v.mean()) for n, v in per_trace.items()},
                 "samples": {n: v[idx].mean(axis=1) for n, v in per_trace.items()},
-                "half": (float(half.mean()), half[idx].mean(axis=1)),
+                "half": (_nanmean(half), half_samples, int(np.isnan(half).sum())),
             },
             "pooled": {
                 "point": {n: rank_correlation(flat_of[n], gt_flat) for n in scored},
                 "samples": {n: pooled.samples(flat_of[n], gt_flat) for n in scored},
-                "half": (rank_correlation(a_flat, b_flat), pooled.samples(a_flat, b_flat)),
+                "half": (
+                    rank_correlation(a_flat[finite], b_flat[finite])
+                    if finite.sum() >= 2
+                    else float("nan"),
+                    pooled.samples(a_flat, b_flat, keep=finite),
+                    int((~finite).sum()),
+                ),
             },
         }
         for aggregation in AGGREGATIONS:
             st = stats[aggregation]
-            half_point, half_samples = st["half"]
-            reliability = spearman_brown(half_point)
-            ceil_samples = np.array([ceiling(spearman_brown(h)) for h in half_samples])
-            ceil_low, ceil_high = percentile_ci(ceil_samples)
+            all_samples[(target, aggregation)] = st["samples"]
+            half_point, half_samples, half_excluded = st["half"]
+            reliability = spearman_brown(half_point, step_up)
+            ceil_ci = percentile_ci(
+                np.array([ceiling(spearman_brown(h, step_up)) for h in half_samples])
+            )
             has_ref = reference in scored  # the reference may not have this target
             ref_samples = st["samples"].get(reference)
             for name in scored:
@@ -234,10 +273,11 @@ def agreement_table(
                     .select("family", "n_rollouts")
                     .row(0)
                 )
-                low, high = percentile_ci(st["samples"][name])
+                ci = percentile_ci(st["samples"][name])
                 if has_ref:
                     diff = st["point"][name] - st["point"][reference]
-                    d_low, d_high = percentile_ci(st["samples"][name] - ref_samples)
+                    d_ci = percentile_ci(st["samples"][name] - ref_samples)
+                    d_low, d_high = d_ci.low, d_ci.high
                 else:
                     diff = d_low = d_high = float("nan")
                 flat = sum(1 for t in traces if np.all(scored[name][t] == scored[name][t][0]))
@@ -245,12 +285,14 @@ def agreement_table(
                     {
                         "target": target,
                         "aggregation": aggregation,
+                        "statistic": statistic if aggregation == "per_trace" else "spearman",
                         "estimator": name,
                         "family": family,
                         "n_rollouts": n_rollouts,
                         "rho": st["point"][name],
-                        "ci95_low": low,
-                        "ci95_high": high,
+                        "ci95_low": ci.low,
+                        "ci95_high": ci.high,
+                        "ci_dropped_share": ci.dropped_share,
                         "diff_vs_reference": diff,
                         "diff_ci95_low": d_low,
                         "diff_ci95_high": d_high,
@@ -263,10 +305,13 @@ def agreement_table(
                         ),
                         "disattenuated": disattenuate(st["point"][name], reliability),
                         "reliability": reliability,
+                        "step_up": step_up,
                         "ceiling": ceiling(reliability),
-                        "ceiling_ci95_low": ceil_low,
-                        "ceiling_ci95_high": ceil_high,
+                        "ceiling_ci95_low": ceil_ci.low,
+                        "ceiling_ci95_high": ceil_ci.high,
+                        "ceiling_ci_dropped_share": ceil_ci.dropped_share,
                         "split_half_rho": half_point,
+                        "split_half_excluded": half_excluded,
                         "n_traces": len(traces),
                         "n_states": int(gt_flat.size),
                         "n_flat_estimate": flat,
@@ -281,14 +326,22 @@ def agreement_table(
                         "cost_basis": _basis(estimates, name),
                     }
                 )
-    return pl.DataFrame(out, infer_schema_length=None)
+    return pl.DataFrame(out, infer_schema_length=None), all_samples
 
 
-def _at(n: float, log2_n: np.ndarray, values: pl.Series) -> float:
-    """`values` (measured at 2**log2_n) at N = n, linear in log2 N; NaN when n is NaN."""
-    if not np.isfinite(n):
-        return float("nan")
-    return float(np.interp(np.log2(n), log2_n, values.cast(pl.Float64).to_numpy()))
+def agreement_table(
+    estimates: pl.DataFrame,
+    truth: pl.DataFrame,
+    halves: tuple[pl.DataFrame, pl.DataFrame],
+    **kwargs: Any,
+) -> pl.DataFrame:
+    """The table of `agreement_with_resamples` alone (same arguments)."""
+    return agreement_with_resamples(estimates, truth, halves, **kwargs)[0]
+
+
+def _nanmean(x: np.ndarray) -> float:
+    finite = x[np.isfinite(x)]
+    return float(finite.mean()) if finite.size else float("nan")
 
 
 def _or_nan(vecs: Vectors, t: int, like: np.ndarray) -> np.ndarray:
@@ -297,16 +350,59 @@ def _or_nan(vecs: Vectors, t: int, like: np.ndarray) -> np.ndarray:
     return v if v is not None else np.full(like.shape, np.nan)
 
 
-def cost_match(table: pl.DataFrame, reference: str) -> pl.DataFrame:
-    """Per (target, aggregation): the MC N whose agreement equals the reference's, and what MC
-    costs there relative to the reference.
+def crossing(n: np.ndarray, rho: np.ndarray, target: float) -> tuple[float, str]:
+    """The N where MC's agreement curve (ρ at the measured N, linear in log₂ N between them)
+    first reaches `target`: (N, "") inside the measured range, (n[0], "matched at the
+    smallest N") when the smallest N already reaches it (an upper bound), (inf, "beyond the
+    largest N") when none does; NaN when target or the curve is not finite."""
+    if not np.isfinite(target) or not np.isfinite(rho).all():
+        return float("nan"), "not finite"
+    if rho[0] >= target:
+        return float(n[0]), "matched at the smallest N"
+    x = np.log2(n)
+    for i in range(len(n) - 1):
+        if rho[i] < target <= rho[i + 1]:
+            frac = (target - rho[i]) / (rho[i + 1] - rho[i])
+            return float(2 ** (x[i] + frac * (x[i + 1] - x[i]))), ""
+    return float("inf"), "beyond the largest N"
 
-    n_equal: where the MC curve (mean ρ against log2 N) crosses the reference's ρ, linear
-    between the measured N (NaN when no measured N reaches it; `>max` says so in `note`);
+
+def cost_at(n_equal: float, n: np.ndarray, cost: np.ndarray) -> float:
+    """MC's cost at N = n_equal, linear in N between the measured N (a rollout costs the same
+    whichever N it belongs to, so tokens and seconds grow linearly in N); NaN outside them."""
+    if not np.isfinite(n_equal) or n_equal < n[0] or n_equal > n[-1]:
+        return float("nan")
+    return float(np.interp(n_equal, n, cost))
+
+
+def _order_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval by order statistics (no interpolation, so ±inf entries, meaning
+    'beyond the measured N', are allowed); NaN entries are left out."""
+    x = np.sort(values[~np.isnan(values)])
+    if x.size == 0:
+        return float("nan"), float("nan")
+    tail = (1 - level) / 2
+    low = x[int(np.floor(tail * (x.size - 1)))]
+    high = x[int(np.ceil((1 - tail) * (x.size - 1)))]
+    return float(low), float(high)
+
+
+def cost_match(
+    table: pl.DataFrame, reference: str, resamples: Resamples | None = None
+) -> pl.DataFrame:
+    """Per (target, aggregation): the MC N whose agreement equals the reference's, what MC costs
+    there relative to the reference, and a CI for both from the shared bootstrap resamples.
+
+    n_equal: where the MC curve (ρ against log₂ N, `crossing`) reaches the reference's ρ
+    (`inf` when no measured N does, `note` says so); n_equal_ci95_low/high: the same crossing
+    on every bootstrap resample of `agreement_with_resamples` (reference and MC on the same
+    traces), by order statistics (`inf`: beyond the largest N); share_beyond_max_n / share_at_min_n:
+    the resamples where no measured N reaches the reference / the smallest already does (its N
+    is then an upper bound). token_ratio / seconds_ratio (with CIs from the same resamples):
+    MC's forward tokens / seconds per trace at n_equal, linear in N between the measured N
+    (`cost_at`), over the reference's; NaN where n_equal lies outside the measured N.
     mc_better_from_n / mc_worse_up_to_n: the smallest N whose paired CI says MC is better than
-    the reference, and the largest N whose CI says it is worse (NaN when none);
-    token_ratio / seconds_ratio: MC's forward tokens / seconds per trace at n_equal (linear in
-    log2 N between the measured N) over the reference's.
+    the reference, and the largest N whose CI says it is worse (NaN when none).
     """
     rows = []
     for (target, aggregation), part in table.group_by(
@@ -318,38 +414,52 @@ def cost_match(table: pl.DataFrame, reference: str) -> pl.DataFrame:
             continue
         r = ref.row(0, named=True)
         n = mc["n_rollouts"].to_numpy().astype(float)
-        rho = mc["rho"].to_numpy()
-        x = np.log2(n)
-        n_equal, note = float("nan"), ""
-        if rho[0] >= r["rho"]:
-            n_equal, note = float(n[0]), f"MC with N={int(n[0])} already matches"
-        else:
-            for i in range(len(n) - 1):
-                if rho[i] < r["rho"] <= rho[i + 1]:
-                    frac = (r["rho"] - rho[i]) / (rho[i + 1] - rho[i])
-                    n_equal = float(2 ** (x[i] + frac * (x[i + 1] - x[i])))
-                    break
-            else:
-                note = f"no measured N (max {int(n[-1])}) reaches the reference"
-        better = mc.filter(pl.col("verdict") == "better")["n_rollouts"]
-        worse = mc.filter(pl.col("verdict") == "worse")["n_rollouts"]
-
-        rows.append(
-            {
-                "target": target,
-                "aggregation": aggregation,
-                "reference": reference,
-                "reference_rho": r["rho"],
-                "n_equal": n_equal,
-                "mc_better_from_n": float(better.min()) if better.len() else float("nan"),
-                "mc_worse_up_to_n": float(worse.max()) if worse.len() else float("nan"),
-                "token_ratio": _at(n_equal, x, mc["forward_tokens_per_trace"])
-                / r["forward_tokens_per_trace"],
-                "seconds_ratio": _at(n_equal, x, mc["seconds_per_trace"]) / r["seconds_per_trace"],
-                "note": note,
-            }
-        )
+        tokens = mc["forward_tokens_per_trace"].cast(pl.Float64).to_numpy()
+        seconds = mc["seconds_per_trace"].cast(pl.Float64).to_numpy()
+        n_equal, note = crossing(n, mc["rho"].to_numpy(), r["rho"])
+        row: dict[str, Any] = {
+            "target": target,
+            "aggregation": aggregation,
+            "reference": reference,
+            "reference_rho": r["rho"],
+            "n_equal": n_equal,
+            "n_equal_ci95_low": float("nan"),
+            "n_equal_ci95_high": float("nan"),
+            "share_beyond_max_n": float("nan"),
+            "share_at_min_n": float("nan"),
+            "token_ratio": cost_at(n_equal, n, tokens) / r["forward_tokens_per_trace"],
+            "token_ratio_ci95_low": float("nan"),
+            "token_ratio_ci95_high": float("nan"),
+            "seconds_ratio": cost_at(n_equal, n, seconds) / r["seconds_per_trace"],
+            "seconds_ratio_ci95_low": float("nan"),
+            "seconds_ratio_ci95_high": float("nan"),
+            "mc_better_from_n": _n_where(mc, "better", min),
+            "mc_worse_up_to_n": _n_where(mc, "worse", max),
+            "note": note,
+        }
+        samples = (resamples or {}).get((target, aggregation))
+        if samples is not None:
+            names = mc["estimator"].to_list()
+            curves = np.stack([samples[m] for m in names], axis=1)  # (R, N)
+            found = [crossing(n, c, t) for c, t in zip(curves, samples[reference], strict=True)]
+            n_b = np.array([f[0] for f in found])
+            row["n_equal_ci95_low"], row["n_equal_ci95_high"] = _order_ci(n_b)
+            row["share_beyond_max_n"] = float(np.mean(np.isinf(n_b)))
+            row["share_at_min_n"] = float(np.mean(n_b == n[0]))
+            for cost, ref_cost, key in (
+                (tokens, r["forward_tokens_per_trace"], "token_ratio"),
+                (seconds, r["seconds_per_trace"], "seconds_ratio"),
+            ):
+                ratio = np.array([cost_at(x, n, cost) for x in n_b]) / ref_cost
+                ratio[np.isinf(n_b)] = np.inf  # beyond the largest N: more than it costs
+                row[f"{key}_ci95_low"], row[f"{key}_ci95_high"] = _order_ci(ratio)
+        rows.append(row)
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _n_where(mc: pl.DataFrame, verdict_: str, pick: Callable[..., Any]) -> float:
+    picked = mc.filter(pl.col("verdict") == verdict_)["n_rollouts"].to_list()
+    return float(pick(picked)) if picked else float("nan")
 
 
 def correlation_matrix(estimates: pl.DataFrame, order: Sequence[str] | None = None) -> pl.DataFrame:

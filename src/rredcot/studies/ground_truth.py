@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from rredcot.studies.metrics import split_half_factor
 from rredcot.studies.rollouts import (
     sigma_from_values,
     state_values,
@@ -66,15 +67,26 @@ def split_half(
     traces: pl.DataFrame, segmentations: pl.DataFrame, rollouts: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(σ from the first half of the rollouts, σ from the second half) per segmentation row."""
-    n_total = int(rollouts["rollout"].max()) + 1 if rollouts.height else 0
-    half = n_total // 2
-    if half < 1:
-        raise ValueError(
-            f"rollouts: a split half needs at least 2 rollouts per state, got {n_total}"
-        )
+    _, half = _split_sizes(rollouts)
     first = ground_truth_sigmas(traces, segmentations, rollouts, n=half)
     second = ground_truth_sigmas(traces, segmentations, rollouts, n=half, first_rollout=half)
     return first, second
 
 
-__all__ = ["GROUND_TRUTH", "ground_truth_sigmas", "split_half"]
+def _split_sizes(rollouts: pl.DataFrame) -> tuple[int, int]:
+    """(rollouts per state in the ground truth, rollouts per split half: ⌊n/2⌋)."""
+    n_total = int(rollouts["rollout"].max()) + 1 if rollouts.height else 0
+    if n_total < 2:
+        raise ValueError(
+            f"rollouts: a split half needs at least 2 rollouts per state, got {n_total}"
+        )
+    return n_total, n_total // 2
+
+
+def split_half_step_up(rollouts: pl.DataFrame) -> float:
+    """The Spearman–Brown factor from one split half to the whole ground truth: n_total / n_half
+    (2 for an even count; 33 rollouts give halves of 16 and a factor of 33/16)."""
+    return split_half_factor(*_split_sizes(rollouts))
+
+
+__all__ = ["GROUND_TRUTH", "ground_truth_sigmas", "split_half", "split_half_step_up"]

@@ -82,6 +82,7 @@ def localization_table(
     difference of top-1 from `reference`) has a paired CI and a verdict. Columns: trace_set,
     estimator, family, top1, top1_ci95_low, top1_ci95_high, within_one, within_one_ci95_low,
     within_one_ci95_high, top1_diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
+    ci_dropped_share (resamples without a finite value, the largest of the three CIs'),
     n_traces, excluded_unusable, mean_num_segments.
     """
     names = estimates["estimator"].unique(maintain_order=True).to_list()
@@ -120,9 +121,8 @@ def localization_table(
     out = []
     for name, h in hits.items():
         top1, near = h[:, 0], h[:, 1]
-        t_low, t_high = percentile_ci(top1[idx].mean(axis=1))
-        n_low, n_high = percentile_ci(near[idx].mean(axis=1))
-        d_low, d_high = percentile_ci((top1 - ref_top1)[idx].mean(axis=1))
+        cis = [percentile_ci(x[idx].mean(axis=1)) for x in (top1, near, top1 - ref_top1)]
+        (t_low, t_high, _), (n_low, n_high, _), (d_low, d_high, _) = cis
         out.append(
             {
                 "trace_set": trace_set,
@@ -138,6 +138,7 @@ def localization_table(
                 "diff_ci95_low": d_low,
                 "diff_ci95_high": d_high,
                 "verdict": "reference" if name == reference else verdict(d_low, d_high),
+                "ci_dropped_share": max(ci.dropped_share for ci in cis),
                 "n_traces": len(traces),
                 "excluded_unusable": excluded,
                 "mean_num_segments": float(np.mean([k_of[t] for t in traces])),
@@ -146,4 +147,42 @@ def localization_table(
     return pl.DataFrame(out)
 
 
-__all__ = ["RANDOM", "localization_table", "true_segments"]
+def localization_sets(
+    traces: pl.DataFrame,
+    truth: pl.DataFrame,
+    agreement_truth: pl.DataFrame,
+    estimates: pl.DataFrame,
+    *,
+    reference: str,
+) -> dict[str, tuple[pl.DataFrame, pl.DataFrame]]:
+    """The trace sets of the localization table: label -> (true segments, estimates).
+
+    `all_incorrect`: every incorrect trace (`truth`), RREDCoT on the own-path reference, the
+    attributions and the null row; `agreement_incorrect`: the agreement set's incorrect traces
+    (`agreement_truth`), the reference estimator, MC, the ground truth and the null row;
+    `other_path`, only when the traces have a `reference_other_path` column with a value: those
+    traces, every RREDCoT row (own path and `_other_path`)."""
+    family, name = pl.col("family"), pl.col("estimator")
+    other = name.str.ends_with("_other_path")
+    sets = {
+        "all_incorrect": (
+            truth,
+            estimates.filter(family.is_in(["rredcot", "attribution", "null"]) & ~other),
+        ),
+        "agreement_incorrect": (
+            agreement_truth,
+            estimates.filter(family.is_in(["mc", "ground_truth", "null"]) | (name == reference)),
+        ),
+    }
+    if "reference_other_path" in traces.columns:
+        with_other = traces.filter(pl.col("reference_other_path").is_not_null())
+        if with_other.height:
+            chosen = with_other["trace_index"].implode()
+            sets["other_path"] = (
+                truth.filter(pl.col("trace_index").is_in(chosen)),
+                estimates.filter(family == "rredcot"),
+            )
+    return sets
+
+
+__all__ = ["RANDOM", "localization_sets", "localization_table", "true_segments"]

@@ -16,6 +16,7 @@ conventions the CSVs report (METHOD.md §5):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -48,6 +49,21 @@ def rank_correlation(x: np.ndarray, y: np.ndarray, flat: float = 0.0) -> float:
     return float(np.clip((rx * ry).sum() / denom, -1.0, 1.0))
 
 
+def kendall_tau_b(x: np.ndarray, y: np.ndarray, flat: float = 0.0) -> float:
+    """Kendall's τ-b of two checked, equal-length, NaN-free 1-D arrays (ties corrected:
+    (n_c − n_d) / √((n_0 − n_x)(n_0 − n_y))); `flat` when either is constant. Its expectation
+    under a given agreement does not depend on the length, unlike Spearman's on short vectors,
+    so cells with different numbers of states can be compared (METHOD.md §5, the sweep)."""
+    dx = np.sign(x[:, None] - x[None, :])
+    dy = np.sign(y[:, None] - y[None, :])
+    upper = np.triu_indices(x.size, k=1)
+    sx, sy = dx[upper], dy[upper]
+    n_x, n_y = float(np.count_nonzero(sx)), float(np.count_nonzero(sy))
+    if n_x == 0.0 or n_y == 0.0:
+        return float(flat)
+    return float(np.clip((sx * sy).sum() / np.sqrt(n_x * n_y), -1.0, 1.0))
+
+
 def _checked_pair(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> tuple:
     """(x, y) as float64 arrays, or None when they cannot be ranked (< 2 entries, a NaN)."""
     x = np.asarray(a, dtype=np.float64)
@@ -65,6 +81,13 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
     return float("nan") if pair is None else rank_correlation(*pair, flat=float("nan"))
 
 
+def kendall_flat0(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Kendall's τ-b with a constant vector scored 0; NaN, as `spearman_flat0`, only for what
+    cannot be scored (fewer than 2 entries, a NaN)."""
+    pair = _checked_pair(a, b)
+    return float("nan") if pair is None else kendall_tau_b(*pair, flat=0.0)
+
+
 def spearman_flat0(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Spearman ρ with a constant vector scored 0 (it orders nothing), the convention of the
     studies' common set (METHOD.md §5): flat or tied estimates are scored, never dropped.
@@ -76,16 +99,26 @@ def spearman_flat0(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndar
     return float("nan") if pair is None else rank_correlation(*pair, flat=0.0)
 
 
-def spearman_brown(r_half: float, factor: float = 2.0) -> float:
+def spearman_brown(r_half: float, factor: float) -> float:
     """Reliability of a measurement `factor` times as long as one whose reliability is r_half:
-    factor·r / (1 + (factor − 1)·r). The split-half agreement of two N/2-rollout halves of the
-    ground truth, stepped up with factor 2, is the reliability of the N-rollout ground truth."""
-    if not np.isfinite(r_half):
-        return float("nan")
+    factor·r / (1 + (factor − 1)·r). The split-half agreement of two halves of the ground truth
+    (n_half rollouts each), stepped up with factor n_total / n_half (`split_half_factor`), is
+    the reliability of the n_total-rollout ground truth."""
     if factor <= 0:
         raise ValueError(f"factor: expected a number > 0, got {factor!r}")
+    if not np.isfinite(r_half):
+        return float("nan")
     denom = 1.0 + (factor - 1.0) * r_half
     return float(factor * r_half / denom) if denom > 0 else float("nan")
+
+
+def split_half_factor(n_total: int, n_half: int) -> float:
+    """The Spearman–Brown step-up from one half (n_half rollouts) to the whole (n_total)."""
+    if n_half < 1 or n_total < n_half:
+        raise ValueError(
+            f"n_half / n_total: expected 1 <= n_half <= n_total, got {n_half} / {n_total}"
+        )
+    return n_total / n_half
 
 
 def ceiling(reliability: float) -> float:
@@ -109,15 +142,27 @@ def bootstrap_indices(n: int, resamples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
 
 
-def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """The central `level` percentile interval of bootstrap samples (NaN-free ones only)."""
-    x = np.asarray(samples, dtype=np.float64)
-    x = x[np.isfinite(x)]
+class PercentileCI(NamedTuple):
+    """A percentile interval and the share of resamples that had no finite value (left out of
+    the percentiles; a table reports the share beside the interval so none is dropped unseen)."""
+
+    low: float
+    high: float
+    dropped_share: float
+
+
+def percentile_ci(samples: np.ndarray, level: float = 0.95) -> PercentileCI:
+    """The central `level` percentile interval of the finite bootstrap samples, and the share of
+    non-finite ones (NaN interval when none is finite)."""
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    finite = np.isfinite(x)
+    dropped = float(1.0 - finite.mean()) if x.size else float("nan")
+    x = x[finite]
     if x.size == 0:
-        return float("nan"), float("nan")
+        return PercentileCI(float("nan"), float("nan"), dropped)
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(x, [tail, 100 - tail])
-    return float(low), float(high)
+    return PercentileCI(float(low), float(high), dropped)
 
 
 def verdict(low: float, high: float) -> str:
@@ -188,12 +233,15 @@ def random_localization(num_segments: int, true_segment: int) -> tuple[float, fl
 
 
 __all__ = [
+    "PercentileCI",
     "argmin_set",
     "average_ranks",
     "bootstrap_indices",
     "bootstrap_mean_ci",
     "ceiling",
     "disattenuate",
+    "kendall_flat0",
+    "kendall_tau_b",
     "percentile_ci",
     "rank_correlation",
     "spearman_brown",
@@ -203,4 +251,5 @@ __all__ = [
     "random_localization",
     "rankdata",
     "spearman",
+    "split_half_factor",
 ]

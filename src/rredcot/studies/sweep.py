@@ -3,9 +3,12 @@
 Every cell of the sweep re-segments the same traces, scores RREDCoT (the configured variant) on
 its segments and reads V_gt and σ_gt for its states from the shared ground-truth rollouts. A row
 reports how well RREDCoT's values and credits order the states like the ground truth's (mean
-per-trace Spearman, flat = 0, on the cell's common set, with the ground truth's Spearman–Brown
-ceiling), how often the lowest-credit segment holds the first error (RREDCoT, the ground truth
-itself, and a random segment), what the cell's segments look like (K obtained, tokens per
+per-trace Kendall τ-b, flat = 0, on the cell's common set, with the ground truth's Spearman–Brown
+ceiling of the same statistic). Kendall, not Spearman: cells differ in K, and per-trace
+Spearman's expectation at a given agreement falls with few states (at K = 2 it is τ), so
+cells with few states read 15–20% low; τ-b's does not depend on K. A row also reports how
+often the lowest-credit segment holds the first error (RREDCoT, the ground truth itself, and a
+random segment), what the cell's segments look like (K obtained, tokens per
 segment), and how many of its interior states end inside a line: there RREDCoT's continuations
 join without a newline (`join: line`), so their Φ is the policy's probability of going on with
 the reference right there, mid-step.
@@ -31,16 +34,18 @@ def sweep_table(
     estimator: str,
     resamples: int,
     seed: int,
+    step_up: float,
     mid_line: dict[str, tuple[int, int]] | None = None,
 ) -> pl.DataFrame:
     """One row per sweep cell (`segmentation` label in all the tables).
 
     segmentations: `segmentation_table` rows of the sweep; estimates: the estimator's long table
     with a `segmentation` column; ground_truth / halves: `ground_truth_sigmas` of the same rows
-    (all rollouts, and each half). mid_line: label -> (interior states, mid-line ones).
+    (all rollouts, and each half); step_up: n_total / n_half of the ground truth
+    (`split_half_step_up`). mid_line: label -> (interior states, mid-line ones).
     Columns: segmentation, strategy, requested_segments, mean_num_segments,
     mean_segment_tokens, n_traces, n_states, n_mid_line_states, then per target (values,
-    credits): <target>_rho, <target>_ci95_low, <target>_ci95_high, <target>_ceiling,
+    credits): <target>_tau_b, <target>_ci95_low, <target>_ci95_high, <target>_ceiling,
     <target>_n_traces (the cell's common set, per trace); n_incorrect, top1_<estimator>,
     top1_ground_truth, top1_random, within_one_<estimator>, forward_tokens_per_trace.
     """
@@ -53,7 +58,14 @@ def sweep_table(
         gt = ground_truth.filter(cell)
         cell_halves = (halves[0].filter(cell), halves[1].filter(cell))
         agree = agreement_table(
-            est, gt, cell_halves, reference=estimator, resamples=resamples, seed=seed + i
+            est,
+            gt,
+            cell_halves,
+            reference=estimator,
+            resamples=resamples,
+            seed=seed + i,
+            step_up=step_up,
+            statistic="kendall",
         ).filter(pl.col("aggregation") == "per_trace")
         by_target = {r["target"]: r for r in agree.iter_rows(named=True)}
         both = pl.concat(
@@ -89,7 +101,7 @@ def sweep_table(
         for target in TARGETS:
             r = by_target.get(target, {})
             row |= {
-                f"{target}_rho": r.get("rho", np.nan),
+                f"{target}_tau_b": r.get("rho", np.nan),
                 f"{target}_ci95_low": r.get("ci95_low", np.nan),
                 f"{target}_ci95_high": r.get("ci95_high", np.nan),
                 f"{target}_ceiling": r.get("ceiling", np.nan),

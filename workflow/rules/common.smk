@@ -230,8 +230,9 @@ def training_settings(method: str, seed: int) -> dict:
     shared segmentation and estimator blocks (so studies and training use one definition).
     """
     tr = config["training"]
-    # accelerate, num_processes: how the run is launched (training_launcher), not what it does
-    launch_keys = ("accelerate", "num_processes")
+    # accelerate, num_processes: how the run is launched (training_launcher), not what it does;
+    # keep_stale_checkpoints: what happens to other runs' directories (its own argument)
+    launch_keys = ("accelerate", "num_processes", "keep_stale_checkpoints")
     settings = {
         k: v
         for k, v in tr.items()

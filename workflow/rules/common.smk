@@ -275,6 +275,32 @@ def training_settings(method: str, seed: int) -> dict:
     return settings
 
 
+def check_training_runs() -> None:
+    """Every run's settings taken together (`rredcot.training_rules`, the rules the job applies)
+    with the launch's processes, before any job: e.g. an odd num_generations for rrpo, or a
+    batch that gradient_accumulation_steps does not divide. (Whether a process holds whole
+    groups is left to the job: it needs the method classes.)"""
+    from rredcot.training_rules import process_layout, settings_error
+
+    for name in TRAINING_METHODS:
+        values = training_settings(name, config["training"]["seeds"][0])
+        error = settings_error(values)
+        try:
+            if error is None:
+                process_layout(values, config["training"]["num_processes"], False)
+        except ValueError as err:
+            error = str(err)
+        if error is not None:
+            key, _, what = error.partition(": ")
+            raise ConfigError(
+                f"config key '{key}' (run {name}: training with its per_method and variant "
+                f"overrides): {what}"
+            )
+
+
+check_training_runs()
+
+
 def training_launcher(method: str, seed: int) -> str:
     """`python -m`, or `accelerate launch --config_file ... -m` with `training.accelerate` and
     `training.num_processes`; each run gets its own rendezvous port, so runs can share a node.

@@ -52,6 +52,7 @@ from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.lora import LoraSettings, save_final
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
+from rredcot.training_rules import process_layout, settings_error
 
 log = logging.getLogger(__name__)
 
@@ -259,33 +260,9 @@ class TrainingSettings:
                     f"training.{name}: {getattr(self, name)!r} is not allowed; choose one of "
                     f"{list(allowed)}"
                 )
-        resets = self.method in ("rrpo", "srpo")  # their loss is TRL's under these settings
-        if resets and (self.loss_type != "grpo" or self.kl_beta != 0 or self.num_generations % 2):
-            raise ValueError(
-                f"training: method {self.method!r} needs loss_type 'grpo', kl_beta 0 and an even "
-                f"num_generations; got {self.loss_type!r}, {self.kl_beta}, {self.num_generations}"
-            )
-        if self.use_vllm and self.device == "cpu":
-            raise ValueError(
-                "training.use_vllm: vLLM samples on GPUs; set training.device to 'auto' (and "
-                "install the `gpu` extra) or use_vllm to false"
-            )
-        # Whatever the number of processes, micro-batches must tile the step's batch.
-        total = self.prompts_per_step * self.num_generations
-        accumulation = self.gradient_accumulation_steps
-        if self.per_device_batch_size is None and total % accumulation:
-            raise ValueError(
-                f"training.gradient_accumulation_steps: {accumulation} must divide "
-                f"prompts_per_step × num_generations = {total} (the batch of one optimizer step)"
-            )
-        if self.per_device_batch_size is not None and total % (
-            self.per_device_batch_size * accumulation
-        ):
-            raise ValueError(
-                f"training.per_device_batch_size: {self.per_device_batch_size} × "
-                f"gradient_accumulation_steps {accumulation} must divide prompts_per_step × "
-                f"num_generations = {total} (the batch of one optimizer step)"
-            )
+        error = settings_error({f.name: getattr(self, f.name) for f in fields(self)})
+        if error is not None:
+            raise ValueError(error)
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> TrainingSettings:
@@ -331,42 +308,10 @@ def launched_processes(device: str = "cpu") -> int:
 
 
 def batch_layout(settings: TrainingSettings, num_processes: int) -> tuple[int, int]:
-    """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes.
-
-    One optimizer step always sees prompts_per_step × num_generations responses, sampled once:
-    TRL's generation batch is per_device × processes × accumulation, so the product must equal
-    it. A method that pools group statistics (all but grpo) needs each process's generation
-    batch (per_device × accumulation rows) to hold whole groups of num_generations.
-    """
-    total = settings.prompts_per_step * settings.num_generations
-    accumulation = settings.gradient_accumulation_steps
-    per_device = settings.per_device_batch_size
-    if per_device is None:
-        if total % (num_processes * accumulation):
-            raise ValueError(
-                f"training.per_device_batch_size: null splits prompts_per_step × num_generations "
-                f"= {total} over {num_processes} process(es) × gradient_accumulation_steps "
-                f"{accumulation}, which does not divide it; set per_device_batch_size so that "
-                f"per_device_batch_size × gradient_accumulation_steps × processes = {total}"
-            )
-        per_device = total // (num_processes * accumulation)
-    elif per_device * accumulation * num_processes != total:
-        raise ValueError(
-            f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
-            f"{accumulation} × {num_processes} process(es) = "
-            f"{per_device * accumulation * num_processes}, but one optimizer step takes "
-            f"prompts_per_step × num_generations = {total} responses"
-        )
-    local = per_device * accumulation
+    """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes
+    (`process_layout`, with whether the method pools group statistics)."""
     whole_groups = METHODS[settings.method].needs_whole_groups
-    if num_processes > 1 and whole_groups and local % settings.num_generations:
-        raise ValueError(
-            f"training.per_device_batch_size: method {settings.method!r} pools each group's "
-            f"statistics, so a group must sit on one process: per_device_batch_size × "
-            f"gradient_accumulation_steps = {local} must be a multiple of num_generations = "
-            f"{settings.num_generations}"
-        )
-    return per_device, accumulation
+    return process_layout(asdict(settings), num_processes, whole_groups)
 
 
 def check_collectives(settings: TrainingSettings, num_processes: int) -> None:

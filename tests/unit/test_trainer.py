@@ -648,6 +648,23 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
     assert resume_point(tmp_path) == tmp_path / "checkpoint-2"
 
 
+@pytest.mark.slow
+def test_a_run_whose_newest_weights_were_cut_short_resumes_from_the_checkpoint_before(
+    base, tmp_path, caplog
+):
+    path, table = base
+    settings_ = run_settings("grpo", max_steps=4, save_steps=2)
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    weights = tmp_path / "checkpoint-4" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with caplog.at_level("WARNING"):
+        summary = train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert str(weights) in caplog.text
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 4
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2, 3, 4]
+    assert unreadable_checkpoint(tmp_path / "checkpoint-4") is None  # written again, whole
+
+
 def test_intact_checkpoints_are_readable(tmp_path):
     save_checkpoint(tmp_path / "checkpoint-2")
     assert unreadable_checkpoint(tmp_path / "checkpoint-2") is None

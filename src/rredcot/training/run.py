@@ -732,7 +732,9 @@ def prune_stale(out: Path) -> None:
     GB that no run resumes from), keeping what tells the old run apart (final/, metrics,
     curve, record, summary); each deletion is logged."""
     for stale in _stale_copies(out):
-        for p in sorted(stale.glob(f"{PREFIX_CHECKPOINT_DIR}-*")):
+        for p in sorted(
+            stale.glob(f"{PREFIX_CHECKPOINT_DIR}-*"), key=lambda p: (len(p.name), p.name)
+        ):
             if p.is_dir():
                 size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
                 log.warning("deleting checkpoint %s of a stale run (%.1f MB)", p, size / 1e6)

@@ -95,6 +95,18 @@ def validate_config(
     return config
 
 
+def block_errors(
+    values: Mapping[str, Any], key: str, schema: Mapping[str, Any] | None = None
+) -> list[str]:
+    """`values` (no defaults filled in) against the schema of config key `key` (dotted), e.g. a
+    run's estimator.rredcot with its overrides merged; one line per error, naming the key."""
+    block = load_schema() if schema is None else schema
+    for part in key.split("."):
+        block = block["properties"][part]
+    found = Draft202012Validator(block).iter_errors(values)
+    return [_describe(e, key) for e in sorted(found, key=lambda e: str(e.path))]
+
+
 def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     """Values of `training.per_method.<m>` and of each variant, checked against the schemas of
     the training keys they override.

@@ -260,6 +260,13 @@ PROBES = [  # issue 12: (config lines over smoke.yaml, environment, texts the er
         ["config key 'training.lr_scheduler'", "'cosine'"],
         id="lr_scheduler",
     ),
+    pytest.param(
+        "{estimator: {rredcot: {suffixes: 4}}, training: {per_method: {rredcot: {rredcot: "
+        "{value: ref_suffix_max}}}}}",
+        {},
+        ["run rredcot", "estimator.rredcot.value", "'ref_suffix_sum' was expected"],
+        id="rredcot_suffixes",
+    ),
 ]
 
 

@@ -252,6 +252,10 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
     ("sft: {anneal_steps: 50, heldout_problems: 0}", ["config key 'sft.anneal_steps'", "held-out"]),
     ("sft: {warmup_ratio: 1.0}", ["config key 'sft.warmup_ratio'"]),
     ("model: {arch: {num_key_value_heads: 3}}", ["'model.arch.num_key_value_heads'", "divide"]),
+    (
+        "estimator: {rredcot: {suffixes: 4, value: ref_suffix_max}}",
+        ["config key 'estimator.rredcot.value'", "'ref_suffix_sum' was expected"],
+    ),
 ]
 
 

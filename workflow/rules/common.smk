@@ -278,12 +278,20 @@ def training_settings(method: str, seed: int) -> dict:
 def check_training_runs() -> None:
     """Every run's settings taken together (`rredcot.training_rules`, the rules the job applies)
     with the launch's processes, before any job: e.g. an odd num_generations for rrpo, or a
-    batch that gradient_accumulation_steps does not divide. (Whether a process holds whole
-    groups is left to the job: it needs the method classes.)"""
+    batch that gradient_accumulation_steps does not divide, or an override that leaves the
+    run's estimator sampling suffixes for another value than ref_suffix_sum. (Whether a process
+    holds whole groups is left to the job: it needs the method classes.)"""
+    from rredcot.config import block_errors
     from rredcot.training_rules import process_layout, settings_error
 
     for name in TRAINING_METHODS:
         values = training_settings(name, config["training"]["seeds"][0])
+        estimator = block_errors(values["rredcot"], "estimator.rredcot")
+        if estimator:
+            raise ConfigError(
+                f"run {name} (estimator.rredcot with the run's per_method and variant "
+                f"`rredcot` overrides): {'; '.join(estimator)}"
+            )
         error = settings_error(values)
         try:
             if error is None:

@@ -4,10 +4,12 @@ The Snakefile validates `config` against `workflow/schemas/config.schema.yaml` b
 is built. jsonschema's raw errors are hard to read ("Failed validating 'enum' in
 schema['properties']..."), so this module reports every error as
 `config key 'evaluation.temperature': -1 is less than the minimum 0`.
-Past the schema it checks what a static schema cannot: the values of per-method and variant
-overrides (without filling in defaults) and benchmark names against this config's world splits
-and the registry. `mirror_error` and `model_path_error` check local paths for the Snakefile.
-Step scripts reuse the same check when run without Snakemake.
+Past the schema it checks what a static schema cannot: the values of per-method, variant and
+studies.segmentation overrides (without filling in defaults), benchmark names against this
+config's world splits and the registry, and the rules that tie values together (`_joint_errors`:
+each checked by the code the job itself runs, so a job never learns of a bad value first).
+`mirror_error` and `model_path_error` check local paths for the Snakefile. Step scripts reuse
+the same check when run without Snakemake.
 """
 
 from __future__ import annotations
@@ -85,10 +87,24 @@ def validate_config(
     messages = [_describe(e) for e in errors]
     if not messages:  # the checks below rely on the schema's shape and filled-in defaults
         messages = _override_errors(config, schema) + _problem_set_errors(config)
+    if not messages:
+        messages = _joint_errors(config)
     if messages:
         lines = "\n  - ".join(messages)
         raise ConfigError(f"invalid config ({len(messages)} error(s)):\n  - {lines}")
     return config
+
+
+def block_errors(
+    values: Mapping[str, Any], key: str, schema: Mapping[str, Any] | None = None
+) -> list[str]:
+    """`values` (no defaults filled in) against the schema of config key `key` (dotted), e.g. a
+    run's estimator.rredcot with its overrides merged; one line per error, naming the key."""
+    block = load_schema() if schema is None else schema
+    for part in key.split("."):
+        block = block["properties"][part]
+    found = Draft202012Validator(block).iter_errors(values)
+    return [_describe(e, key) for e in sorted(found, key=lambda e: str(e.path))]
 
 
 def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
@@ -113,13 +129,13 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
         blocks.append((f"training.variants.{i}", variant["method"], values))
     # `rredcot` overrides keys of estimator.rredcot (the rredcot runs' estimator)
     keys = {**training, "rredcot": schema["properties"]["estimator"]["properties"]["rredcot"]}
+    properties = {method: {k: keys[k] for k in names} for method, names in allowed.items()}
+    # studies.segmentation overrides keys of the segmentation block for the studies
+    blocks.append(("studies.segmentation", "studies", config["studies"]["segmentation"] or {}))
+    properties["studies"] = schema["properties"]["segmentation"]["properties"]
     messages = []
     for key, method, values in blocks:
-        sub = {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {k: keys[k] for k in allowed[method]},
-        }
+        sub = {"type": "object", "additionalProperties": False, "properties": properties[method]}
         found = Draft202012Validator(sub).iter_errors(values)
         messages += [_describe(e, key) for e in sorted(found, key=lambda e: str(e.path))]
     return messages
@@ -146,6 +162,72 @@ def _problem_set_errors(config: Mapping[str, Any]) -> list[str]:
         for name in config["evaluation"]["per_benchmark"]
         if name not in problem_sets
     ]
+    return messages
+
+
+def accuracy_band_error(band: Any) -> str | None:
+    """Why `studies.accuracy_band` is not null or [low, high] with 0 <= low <= high <= 1."""
+    if band is None:
+        return None
+    pair = isinstance(band, list | tuple) and len(band) == 2
+    numbers = pair and all(isinstance(v, int | float) and not isinstance(v, bool) for v in band)
+    if numbers and 0 <= band[0] <= band[1] <= 1:
+        return None
+    return f"studies.accuracy_band: need [low, high] with 0 <= low <= high <= 1, got {band!r}"
+
+
+def _keyed(message: str) -> str:
+    """`<key>: <what>` (a job-side check's message, which starts with the key) as a config
+    error line."""
+    key, _, what = message.partition(": ")
+    return f"config key '{key}': {what}"
+
+
+def _joint_errors(config: Mapping[str, Any]) -> list[str]:
+    """Rules that tie values together, checked by the code the jobs run (their one home):
+    the world generator's settings and every split's depths (`WorldConfig`), both segmentations
+    (`SegmentationConfig`), the accuracy band's order, and what SFT needs of the train split."""
+    from rredcot.data.synthetic import SplitSpec, check_depths, world_config
+    from rredcot.models.arch import arch_fields
+    from rredcot.models.sft_settings import sft_block
+    from rredcot.segmentation import study_segmentation
+
+    messages = []
+    world = config["world"]
+    try:
+        generator = world_config(world)
+        splits = {
+            "world.train": world["train"],
+            **{f"world.splits.{k}": v for k, v in world["splits"].items()},
+        }
+        if config["studies"]["pool"] is not None:
+            splits["studies.pool"] = config["studies"]["pool"]
+        for key, spec in splits.items():
+            try:
+                check_depths(SplitSpec(**spec).depths, generator)
+            except ValueError as err:
+                messages.append(f"config key '{key}.depths': {err}")
+    except ValueError as err:
+        messages.append(f"config key 'world': {err}")
+    for key, overrides in (
+        ("segmentation", None),
+        ("studies.segmentation", config["studies"]["segmentation"]),
+    ):
+        try:
+            study_segmentation(config["segmentation"], overrides)
+        except ValueError as err:
+            messages.append(f"config key '{key}': {err}")
+    band = accuracy_band_error(config["studies"]["accuracy_band"])
+    messages += [_keyed(band)] if band else []
+    if config["model"]["name_or_path"] is None:  # the tiny model is built and SFT-ed here
+        for check in (
+            lambda: arch_fields(config["model"]["arch"]),
+            lambda: sft_block(config["sft"], config["seed"], world["train"]["n"]),
+        ):
+            try:
+                check()
+            except ValueError as err:
+                messages.append(_keyed(str(err)))
     return messages
 
 

@@ -137,6 +137,14 @@ class SegmentationConfig:
         return cls(**values)
 
 
+def study_segmentation(
+    segmentation: Mapping[str, Any], overrides: Mapping[str, Any] | None
+) -> SegmentationConfig:
+    """The studies' segmentation: the `segmentation` block with `studies.segmentation`'s keys
+    on top (None: the block as is)."""
+    return SegmentationConfig.from_dict({**segmentation, **(overrides or {})})
+
+
 def _check_choice(field: str, value: object, registry: Mapping[str, object]) -> None:
     if value not in registry:
         raise ValueError(

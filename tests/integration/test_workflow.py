@@ -213,14 +213,68 @@ PROBES = [  # issue 12: (config lines over smoke.yaml, environment, texts the er
         ["environment variable RREDCOT_MIRROR", "/nonexistent/mirror", "unset it"],
         id="mirror_env",
     ),
+    # issue 21: values a job used to be the first to reject
+    pytest.param("seed: -1", {}, ["config key 'seed'", "minimum of 0"], id="seed"),
+    pytest.param(
+        "training: {seeds: [-1]}", {}, ["config key 'training.seeds.0'"], id="training_seed"
+    ),
+    pytest.param(
+        "studies: {accuracy_band: [0.7, 0.3]}",
+        {},
+        ["config key 'studies.accuracy_band'", "low <= high"],
+        id="accuracy_band",
+    ),
+    pytest.param(
+        "studies: {segmentation: {stratgy: keyword}}",
+        {},
+        ["studies.segmentation", "stratgy", "'strategy'"],
+        id="studies_segmentation",
+    ),
+    pytest.param(
+        "training: {seeds: [0, 0]}",
+        {},
+        ["config key 'training.seeds'", "non-unique"],
+        id="distinct_seeds",
+    ),
+    pytest.param(
+        "sft: {heldout_problems: 400}",
+        {},
+        ["config key 'sft.heldout_problems'", "no training rows"],
+        id="sft_heldout",
+    ),
+    pytest.param(
+        "training: {per_method: {rrpo: {num_generations: 3}}}",
+        {},
+        ["config key 'training' (run rrpo", "even num_generations"],
+        id="rrpo_generations",
+    ),
+    pytest.param(
+        "training: {gradient_accumulation_steps: 3}",
+        {},
+        ["config key 'training.gradient_accumulation_steps' (run grpo", "must divide"],
+        id="accumulation",
+    ),
+    pytest.param(
+        "training: {lr_scheduler: polynomial}",
+        {},
+        ["config key 'training.lr_scheduler'", "'cosine'"],
+        id="lr_scheduler",
+    ),
+    pytest.param(
+        "{estimator: {rredcot: {suffixes: 4}}, training: {per_method: {rredcot: {rredcot: "
+        "{value: ref_suffix_max}}}}}",
+        {},
+        ["run rredcot", "estimator.rredcot.value", "'ref_suffix_sum' was expected"],
+        id="rredcot_suffixes",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("line", "env", "named"), PROBES)
 def test_probe_config_errors_stop_at_load_time(repo, tmp_path, run_snakemake, line, env, named):
-    """Issue 12's probe list: each bad value stops `snakemake -n` while the Snakefile loads
-    (before the DAG, so never a MissingInputException or an error inside a job), naming the key
-    and what is allowed."""
+    """Issues 12's and 21's probe lists: each bad value stops `snakemake -n` while the Snakefile
+    loads (before the DAG, so never a MissingInputException or an error inside a job), naming
+    the key and what is allowed."""
     config = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
     update_config(config, yaml.safe_load(line))
     bad = tmp_path / "bad.yaml"

@@ -96,7 +96,7 @@ def test_a_variant_needs_a_known_method(schema, default):
 
 SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method override
     *("methods", "seeds", "per_method", "variants", "curve", "mc"),
-    *("num_processes", "device", "bf16"),
+    *("num_processes", "device", "bf16", "keep_stale_checkpoints"),
 }  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
     "credit": {"rredcot", "mc"},
@@ -226,3 +226,55 @@ def test_model_path_error_only_for_local_paths_without_a_checkpoint(tmp_path):
     assert "holds no config.json" in model_path_error(str(tmp_path))
     (tmp_path / "config.json").write_text("{}")
     assert model_path_error(str(tmp_path)) is None
+
+
+# --- issue 21: values a job used to be the first to reject -------------------------------------
+
+LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must name)
+    ("seed: -1", ["config key 'seed'", "minimum of 0"]),
+    ("seed: 4294967296", ["config key 'seed'", "maximum of 4294967295"]),
+    ("training: {seeds: [-1]}", ["config key 'training.seeds.0'", "minimum of 0"]),
+    ("training: {seeds: [0, 0]}", ["config key 'training.seeds'", "non-unique"]),
+    ("training: {methods: [grpo, grpo]}", ["config key 'training.methods'", "non-unique"]),
+    ("studies: {accuracy_band: [0.7, 0.3]}", ["config key 'studies.accuracy_band'", "low <= high"]),
+    ("studies: {segmentation: {stratgy: keyword}}", ["studies.segmentation", "'strategy'"]),
+    ("studies: {segmentation: {topq: 2}}", ["config key 'studies.segmentation.topq'"]),
+    ("studies: {segmentation: {strategy: fixed}}", ["config key 'studies.segmentation'", "fixed"]),
+    ("segmentation: {strategy: hybrid, num_segments: null}", ["config key 'segmentation'"]),
+    ("studies: {mc_n: [2, 2]}", ["config key 'studies.mc_n'", "non-unique"]),
+    ("world: {ops: ['+', '+']}", ["config key 'world.ops'", "non-unique"]),
+    ("world: {seed: -3}", ["config key 'world.seed'"]),
+    ("world: {modulus: 2, n_given: 3}", ["config key 'world'", "bijective"]),
+    ("world: {splits: {synth_ood: {n: 8, depths: [30]}}}", ["'world.splits.synth_ood.depths'"]),
+    ("studies: {pool: {n: 4, depths: [40]}}", ["config key 'studies.pool.depths'", "exceeds"]),
+    ("sft: {heldout_problems: 400}", ["config key 'sft.heldout_problems'", "no training rows"]),
+    ("sft: {anneal_steps: 200}", ["config key 'sft.anneal_steps'", "max_steps"]),
+    ("sft: {anneal_steps: 50, heldout_problems: 0}", ["config key 'sft.anneal_steps'", "held-out"]),
+    ("sft: {warmup_ratio: 1.0}", ["config key 'sft.warmup_ratio'"]),
+    ("model: {arch: {num_key_value_heads: 3}}", ["'model.arch.num_key_value_heads'", "divide"]),
+    (
+        "estimator: {rredcot: {suffixes: 4, value: ref_suffix_max}}",
+        ["config key 'estimator.rredcot.value'", "'ref_suffix_sum' was expected"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "named"), LATE_VALUES, ids=[line for line, _ in LATE_VALUES])
+def test_values_a_job_rejected_are_rejected_at_load_time(repo, schema, line, named):
+    from snakemake.utils import update_config
+
+    config = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
+    update_config(config, yaml.safe_load(line))
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, schema)
+    for text in named:
+        assert text in str(err.value), (text, str(err.value))
+
+
+def test_the_joint_checks_leave_a_pretrained_model_s_sft_and_arch_alone(repo, schema):
+    """SFT and the tiny model's sizes only matter when the tiny model is built here."""
+    config = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
+    config["model"]["name_or_path"] = "owner/model"
+    config["model"]["arch"]["num_key_value_heads"] = 3
+    config["sft"]["heldout_problems"] = 1000
+    validate_config(config, schema)

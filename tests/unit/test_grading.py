@@ -241,6 +241,41 @@ def test_worker_dying_mid_answer_is_an_error_not_a_crash() -> None:
     assert verify_math("\\boxed{7}", "7").correct
 
 
+LONG = "1" * 4301  # one digit past Python's int-string limit (sys.get_int_max_str_digits)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        (f"{LONG}.0", LONG),  # math-verify alone: wrong with status ok (compared as strings)
+        (LONG, f"{LONG}.0"),
+        ("1", LONG),
+        ("1" + "{,}111" * 1434, "1"),  # thousands separators do not hide the length
+    ],
+)
+def test_an_integer_over_the_int_string_limit_is_an_error(answer: str, gold: str) -> None:
+    """Issue 21: an answer the grader cannot parse is graded status error, not wrong with ok."""
+    assert verify_math(f"\\boxed{{{answer}}}", gold) == Grade(False, answer, "error")
+    assert verify_math("\\boxed{7}", "7") == Grade(True, "7", "ok")  # the worker goes on
+
+
+def test_an_integer_at_the_limit_is_graded() -> None:
+    at_limit = "1" * 4300
+    assert verify_math(f"\\boxed{{{at_limit}.0}}", at_limit) == Grade(True, f"{at_limit}.0", "ok")
+    assert not grading.too_long_integer(f"{at_limit}, {at_limit}.5")
+    assert grading.too_long_integer(f"{at_limit}1")
+
+
+def test_the_synthetic_grader_compares_long_answers_as_text() -> None:
+    """The synthetic world's exact match parses no integer: a long answer is right or wrong by
+    its text, with status ok."""
+    from rredcot.tasks.synthetic import SyntheticTask
+
+    task = SyntheticTask()
+    assert task.grade(f"a=1\nAnswer: {LONG}.", LONG) == Grade(True, LONG, "ok")
+    assert task.grade(f"a=1\nAnswer: {LONG}.", LONG + "1") == Grade(False, LONG, "ok")
+
+
 def test_worker_killed_between_calls_is_restarted() -> None:
     verify_math("\\boxed{1}", "1")
     pid = grading._WORKER.pid

@@ -25,6 +25,7 @@ from rredcot.data.synthetic import WorldConfig, generate_split
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.models.sft import SFTSettings, run_sft
 from rredcot.models.tiny import build_tiny_model
+from rredcot.steps.train_policy import NOT_IDENTITY, build_parser, record_blocks
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Grade
 from rredcot.training import (
@@ -41,7 +42,15 @@ from rredcot.training import (
 from rredcot.training.curves import CurveSettings, evaluate_policy
 from rredcot.training.methods import GRPOMethod, Method, MethodOutput, RolloutBatch
 from rredcot.training.methods.rredcot import RREDCoTMethod
-from rredcot.training.run import RUN_RECORD, claim_run_dir, complete_checkpoints, fingerprint
+from rredcot.training.run import (
+    RUN_RECORD,
+    claim_run_dir,
+    complete_checkpoints,
+    fingerprint,
+    job_record,
+    run_record,
+    unreadable_checkpoint,
+)
 
 ARCH = {
     "hidden_size": 32,
@@ -508,9 +517,159 @@ def test_claim_run_dir_names_what_changed(tmp_path, caplog):
     claim_run_dir(out, {"settings": {"lr": 1}, "inputs": {"model": "a"}})
     assert (out / "checkpoint-1").is_dir()  # same record: kept for resuming
     with caplog.at_level("WARNING"):
-        claim_run_dir(out, {"settings": {"lr": 1}, "inputs": {"model": "b"}})
+        record = {"settings": {"lr": 1}, "inputs": {"model": "b"}}
+        claim_run_dir(out, record, keep_stale_checkpoints=True)
+    assert "inputs.model" in caplog.text and "not in the old record" not in caplog.text
     assert "inputs" in caplog.text and (tmp_path / "run.stale-0" / "checkpoint-1").is_dir()
     assert not (out / "checkpoint-1").exists()
+
+
+def step_args(tmp_path: Path, *extra: str, build=build_parser):
+    model, train = tmp_path / "model", tmp_path / "train.parquet"
+    if not model.exists():
+        model.mkdir()
+        (model / "w.bin").write_bytes(b"w")
+        train.write_bytes(b"t")
+    argv = ["--model", str(model), "--train", str(train), "--out", str(tmp_path / "run"), *extra]
+    return build().parse_args(argv)
+
+
+def test_the_record_holds_every_argument_of_the_step_but_those_it_names(tmp_path):
+    """Issue 21: the record is built from the whole namespace, so --dtype (never listed by hand)
+    is compared, and so is an argument added later; --threads and --out are not identity."""
+    arguments, inputs = record_blocks(step_args(tmp_path))
+    assert arguments["dtype"] == "float32" and inputs["curve_problems"] is None
+    assert set(arguments) | set(inputs) | set(NOT_IDENTITY) >= set(vars(step_args(tmp_path)))
+    assert record_blocks(step_args(tmp_path, "--dtype", "bfloat16"))[0]["dtype"] == "bfloat16"
+    assert record_blocks(step_args(tmp_path, "--threads", "7")) == (arguments, inputs)
+
+    def with_new_argument():
+        p = build_parser()
+        p.add_argument("--new-knob", default="a")
+        return p
+
+    new, _ = record_blocks(step_args(tmp_path, "--new-knob", "b", build=with_new_argument))
+    assert new == {**arguments, "new_knob": "b"}
+    (tmp_path / "model" / "w.bin").write_bytes(b"v")  # another base model, same path
+    assert record_blocks(step_args(tmp_path))[1]["model"] != inputs["model"]
+
+
+def test_a_path_argument_must_be_declared_an_input(tmp_path):
+    args = {"model": tmp_path, "extra": tmp_path / "x", "dtype": "float32"}
+    with pytest.raises(ValueError, match=r"\['extra'\] are paths"):
+        job_record(args, ["model"], {})
+    assert job_record(args, ["model"], {"extra": "why"})[0] == {"dtype": "float32"}
+    with pytest.raises(ValueError, match="not arguments"):
+        job_record(args, ["absent"], {})
+
+
+def test_another_dtype_starts_fresh_naming_the_key_and_prunes_stale_checkpoints(tmp_path, caplog):
+    """The dtype probe at the directory level: the record differs in arguments.dtype, the old
+    directory is moved aside and its checkpoints deleted (final/ and metrics kept); older stale
+    copies are pruned the same way; keep_stale_checkpoints keeps them."""
+    out = tmp_path / "run"
+    settings_ = TrainingSettings()
+
+    def record(dtype: str) -> dict:
+        return run_record(settings_, {"model": "m"}, {"dtype": dtype}, {"processes": 1})
+
+    def fill(path: Path) -> None:
+        for d in ("checkpoint-2", "checkpoint-4", "final"):
+            (path / d).mkdir(parents=True, exist_ok=True)
+            (path / d / "model.safetensors").write_bytes(b"x")
+        (path / "metrics.csv").write_text("step\n1\n")
+
+    claim_run_dir(out, record("float32"))
+    fill(out)
+    with caplog.at_level("WARNING"):
+        claim_run_dir(out, record("bfloat16"))
+    stale0 = tmp_path / "run.stale-0"
+    assert "arguments.dtype" in caplog.text and "settings." not in caplog.text
+    assert "deleting checkpoint" in caplog.text and "checkpoint-4" in caplog.text
+    assert not list(stale0.glob("checkpoint-*"))
+    assert (stale0 / "final" / "model.safetensors").is_file() and (stale0 / "metrics.csv").exists()
+    assert json.loads((stale0 / RUN_RECORD).read_text())["arguments"] == {"dtype": "float32"}
+    assert list(out.iterdir()) == [out / RUN_RECORD]
+    fill(out)
+    (stale0 / "checkpoint-9").mkdir()  # left by an older version: pruned with the new move
+    claim_run_dir(out, record("float32"))
+    assert not list(stale0.glob("checkpoint-*"))
+    assert not list((tmp_path / "run.stale-1").glob("checkpoint-*"))
+    fill(out)
+    claim_run_dir(out, record("float16"), keep_stale_checkpoints=True)
+    assert (tmp_path / "run.stale-2" / "checkpoint-4").is_dir()
+
+
+def test_a_record_without_a_block_is_another_run(tmp_path, caplog):
+    """A directory written before a block existed (no `arguments`) is not resumed: what it was
+    started with is unknown."""
+    out = tmp_path / "run"
+    new = run_record(TrainingSettings(), {"model": "m"}, {"dtype": "float32"}, {})
+    out.mkdir()
+    old = {k: v for k, v in new.items() if k != "arguments"}
+    (out / RUN_RECORD).write_text(json.dumps(old))
+    (out / "checkpoint-1").mkdir()
+    with caplog.at_level("WARNING"):
+        claim_run_dir(out, new)
+    assert "arguments (not in the old record)" in caplog.text
+    assert (tmp_path / "run.stale-0").is_dir() and not (out / "checkpoint-1").exists()
+
+
+def test_the_machine_block_is_not_identity(tmp_path):
+    out = tmp_path / "run"
+    record = run_record(TrainingSettings(), {"model": "m"}, {"dtype": "float32"}, {})
+    claim_run_dir(out, record)
+    (out / "checkpoint-1").mkdir()
+    claim_run_dir(out, {**record, "machine": {"cpu_model": "elsewhere"}})
+    assert (out / "checkpoint-1").is_dir()
+
+
+def save_checkpoint(path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    save_file({"w": torch.arange(64, dtype=torch.float32)}, path / "model.safetensors")
+    torch.save({"step": 1}, path / "optimizer.pt")
+    (path / "trainer_state.json").write_text("{}")
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt"])
+def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, name):
+    """Issue 21: a newest checkpoint whose file was cut short (trainer_state.json written) is
+    skipped with a warning naming the file, and removed; the one before is resumed."""
+    for step in (2, 4):
+        save_checkpoint(tmp_path / f"checkpoint-{step}")
+    broken = tmp_path / "checkpoint-4" / name
+    broken.write_bytes(broken.read_bytes()[:-40])
+    with caplog.at_level("WARNING"):
+        assert resume_point(tmp_path) == tmp_path / "checkpoint-2"
+    assert str(broken) in caplog.text
+    assert not (tmp_path / "checkpoint-4").exists()
+    assert resume_point(tmp_path) == tmp_path / "checkpoint-2"
+
+
+@pytest.mark.slow
+def test_a_run_whose_newest_weights_were_cut_short_resumes_from_the_checkpoint_before(
+    base, tmp_path, caplog
+):
+    path, table = base
+    settings_ = run_settings("grpo", max_steps=4, save_steps=2)
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    weights = tmp_path / "checkpoint-4" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with caplog.at_level("WARNING"):
+        summary = train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert str(weights) in caplog.text
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 4
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2, 3, 4]
+    assert unreadable_checkpoint(tmp_path / "checkpoint-4") is None  # written again, whole
+
+
+def test_intact_checkpoints_are_readable(tmp_path):
+    save_checkpoint(tmp_path / "checkpoint-2")
+    assert unreadable_checkpoint(tmp_path / "checkpoint-2") is None
+    (tmp_path / "checkpoint-2" / "model.safetensors").write_bytes(b"\xff" * 8)
+    assert "shorter than its header" in unreadable_checkpoint(tmp_path / "checkpoint-2")
 
 
 def test_fingerprint_sees_content_and_names(tmp_path):

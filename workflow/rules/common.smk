@@ -230,8 +230,9 @@ def training_settings(method: str, seed: int) -> dict:
     shared segmentation and estimator blocks (so studies and training use one definition).
     """
     tr = config["training"]
-    # accelerate, num_processes: how the run is launched (training_launcher), not what it does
-    launch_keys = ("accelerate", "num_processes")
+    # accelerate, num_processes: how the run is launched (training_launcher), not what it does;
+    # keep_stale_checkpoints: what happens to other runs' directories (its own argument)
+    launch_keys = ("accelerate", "num_processes", "keep_stale_checkpoints")
     settings = {
         k: v
         for k, v in tr.items()
@@ -272,6 +273,40 @@ def training_settings(method: str, seed: int) -> dict:
         mc={**config["estimator"]["mc"], **tr["mc"]},
     )
     return settings
+
+
+def check_training_runs() -> None:
+    """Every run's settings taken together (`rredcot.training_rules`, the rules the job applies)
+    with the launch's processes, before any job: e.g. an odd num_generations for rrpo, or a
+    batch that gradient_accumulation_steps does not divide, or an override that leaves the
+    run's estimator sampling suffixes for another value than ref_suffix_sum. (Whether a process
+    holds whole groups is left to the job: it needs the method classes.)"""
+    from rredcot.config import block_errors
+    from rredcot.training_rules import process_layout, settings_error
+
+    for name in TRAINING_METHODS:
+        values = training_settings(name, config["training"]["seeds"][0])
+        estimator = block_errors(values["rredcot"], "estimator.rredcot")
+        if estimator:
+            raise ConfigError(
+                f"run {name} (estimator.rredcot with the run's per_method and variant "
+                f"`rredcot` overrides): {'; '.join(estimator)}"
+            )
+        error = settings_error(values)
+        try:
+            if error is None:
+                process_layout(values, config["training"]["num_processes"], False)
+        except ValueError as err:
+            error = str(err)
+        if error is not None:
+            key, _, what = error.partition(": ")
+            raise ConfigError(
+                f"config key '{key}' (run {name}: training with its per_method and variant "
+                f"overrides): {what}"
+            )
+
+
+check_training_runs()
 
 
 def training_launcher(method: str, seed: int) -> str:

@@ -28,7 +28,13 @@ rule train_policy:
         dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),
         curve=lambda w, input: curve_args(input),
+        keep_stale=(
+            "--keep-stale-checkpoints"
+            if config["training"]["keep_stale_checkpoints"]
+            else ""
+        ),
     shell:
         "{params.launcher} rredcot.steps.train_policy --model {input.model} "
         "--train {input.train} --params {params.settings} --dtype {params.dtype} "
-        "--threads {threads} --out {params.run_dir} {params.curve} > {log} 2>&1"
+        "--threads {threads} --out {params.run_dir} {params.curve} {params.keep_stale} "
+        "> {log} 2>&1"

@@ -129,10 +129,10 @@ class SplitSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
             raise ValueError(f"n must be an int ≥ 1, got {self.n!r}")
-        _check_depths(self.depths)
+        check_depths(self.depths)
 
 
-def _check_depths(depths: Sequence[int], config: WorldConfig | None = None) -> None:
+def check_depths(depths: Sequence[int], config: WorldConfig | None = None) -> None:
     if len(depths) == 0:
         raise ValueError("depths must list at least one depth, got []")
     for d in depths:
@@ -258,7 +258,7 @@ def problem_space_size(depth: int, config: WorldConfig) -> int:
     g = 1) × Π_{s=2..depth} |ops|·2·o_s later steps (previous result on either side, one of o_s
     other operands: every earlier variable but the previous, g + s − 2, or a given value, g).
     """
-    _check_depths([depth], config)
+    check_depths([depth], config)
     g, k = config.n_given, len(config.ops)
     size = len(config.given_values) ** g * k * max(g * (g - 1), 1)
     bijective = config.chain == "bijective"
@@ -327,7 +327,7 @@ def generate_split(
         raise ValueError(f"n must be an int ≥ 1, got {n!r}")
     if not _SPLIT_NAME.match(split):
         raise ValueError(f"split must match {_SPLIT_NAME.pattern}, got {split!r}")
-    _check_depths(depths, config)
+    check_depths(depths, config)
     depths = list(depths)
     for d in set(depths):
         want = sum(1 for i in range(n) if depths[i % len(depths)] == d)

@@ -13,7 +13,6 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -23,86 +22,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from trl import SFTConfig, SFTTrainer
 
 from rredcot.data.synthetic import Program, slipped_solution
+from rredcot.models.sft_settings import SFTSettings
 from rredcot.tasks.base import Task
 
 log = logging.getLogger(__name__)
-
-LR_SCHEDULERS: tuple[str, ...] = (
-    "linear",
-    "cosine",
-    "cosine_with_restarts",
-    "polynomial",
-    "constant",
-    "constant_with_warmup",
-    "inverse_sqrt",
-)
-
-
-@dataclass(frozen=True)
-class SFTSettings:
-    """Hyperparameters of the SFT warm-up (config key `sft`)."""
-
-    max_steps: int = 600
-    """Optimizer steps; the run's length (examples seen = max_steps * batch_size)."""
-    batch_size: int = 32
-    """Examples per optimizer step (no gradient accumulation: the tiny model fits any batch)."""
-    learning_rate: float = 3e-3
-    """Peak AdamW learning rate; tiny models trained from scratch take large rates."""
-    warmup_ratio: float = 0.05
-    """Fraction of max_steps with linear warm-up from 0 to learning_rate, in [0, 1)."""
-    lr_scheduler: str = "cosine"
-    """Schedule after warm-up; one of `LR_SCHEDULERS` (transformers' scheduler names)."""
-    weight_decay: float = 0.01
-    """AdamW decoupled weight decay."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip; 0 disables clipping."""
-    max_length: int = 512
-    """Longest prompt + completion + EOS in tokens; a longer example is an error, not cut."""
-    seed: int = 0
-    """Seed of data order and dropout (the initial weights are seeded by build_tiny_model)."""
-    logging_steps: int = 50
-    """Log loss, learning rate and gradient norm every this many steps."""
-    eval_steps: int = 100
-    """Check the held-out references every this many steps (when held-out examples are given)."""
-    transition_greedy: float = 0.9
-    """SFT is past its sharp transition once this share of held-out references is the model's
-    greedy (teacher-forced argmax) output at every token."""
-    anneal_steps: int | None = None
-    """With held-out examples: keep the peak learning rate (after warm-up) until the held-out
-    check finds SFT past its transition, then decay it to 0 by a cosine over this many steps
-    and stop. When the transition comes depends on float rounding; what the base ends as does
-    not: the same anneal from the same regime. max_steps caps the run. None: the ordinary
-    `lr_scheduler` over max_steps."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "max_length", "logging_steps", "eval_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"sft.{name}: expected a positive integer, got {value!r}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"sft.learning_rate: expected > 0, got {self.learning_rate!r}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"sft.warmup_ratio: expected in [0, 1), got {self.warmup_ratio!r}")
-        if self.lr_scheduler not in LR_SCHEDULERS:
-            raise ValueError(
-                f"sft.lr_scheduler: expected one of {list(LR_SCHEDULERS)}, "
-                f"got {self.lr_scheduler!r}"
-            )
-        if self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise ValueError("sft.weight_decay and sft.max_grad_norm: expected >= 0")
-        if not 0 < self.transition_greedy <= 1:
-            raise ValueError(
-                f"sft.transition_greedy: expected in (0, 1], got {self.transition_greedy!r}"
-            )
-        if self.anneal_steps is not None and (
-            isinstance(self.anneal_steps, bool)
-            or not isinstance(self.anneal_steps, int)
-            or not 1 <= self.anneal_steps < self.max_steps
-        ):
-            raise ValueError(
-                f"sft.anneal_steps: expected null or an integer in [1, max_steps), "
-                f"got {self.anneal_steps!r}"
-            )
 
 
 def sft_config(settings: SFTSettings, output_dir: str | Path) -> SFTConfig:

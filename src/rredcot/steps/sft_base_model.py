@@ -7,7 +7,8 @@ from pathlib import Path
 
 from rredcot.data.schema import read_parquet
 from rredcot.machine import machine_info
-from rredcot.models.sft import SFTSettings, demonstrations, run_sft
+from rredcot.models.sft import demonstrations, run_sft
+from rredcot.models.sft_settings import sft_block
 from rredcot.models.tiny import build_tiny_model, count_parameters
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
@@ -27,14 +28,8 @@ def main() -> None:
     tokenizer = build_byte_tokenizer()
     model = build_tiny_model(arch, tokenizer, seed=seed)
     log.info("tiny Qwen3: %d parameters", count_parameters(model))
-    sft = dict(sft)
-    slip_rate = sft.pop("slip_rate", 0.0)
-    n_heldout = sft.pop("heldout_problems", 0)
     train = read_parquet(args.train)
-    if n_heldout >= train.height:
-        raise ValueError(
-            f"sft.heldout_problems={n_heldout} leaves no training rows of {train.height}"
-        )
+    settings, slip_rate, n_heldout = sft_block(sft, seed, train.height)
     fit_rows, heldout_rows = train.head(train.height - n_heldout), train.tail(n_heldout)
     examples = demonstrations(fit_rows, task, tokenizer, slip_rate, seed)
     heldout = demonstrations(heldout_rows, task, tokenizer, 0.0, seed) if n_heldout else []
@@ -49,9 +44,7 @@ def main() -> None:
         slip_rate,
         len(heldout),
     )
-    metrics = run_sft(
-        model, tokenizer, examples, SFTSettings(seed=seed, **sft), args.out, heldout=heldout
-    )
+    metrics = run_sft(model, tokenizer, examples, settings, args.out, heldout=heldout)
     metrics["train/slipped_demonstrations"] = slipped
     metrics["machine"] = machine_info()
     log.info("SFT metrics: %s", json.dumps(metrics, default=str))

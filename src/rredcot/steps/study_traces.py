@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.data.schema import read_parquet
-from rredcot.segmentation import SegmentationConfig
+from rredcot.segmentation import study_segmentation
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.steps.study_common import Timer, load_backend, load_policy
 from rredcot.studies.segmentations import MAIN, segmentation_table, sweep_configs
@@ -68,7 +68,7 @@ def main() -> None:
         )
         traces = with_other_path_references(traces, programs)
         traces = token_statistics(model, traces)
-        base = SegmentationConfig.from_dict({**seg, **(studies["segmentation"] or {})})
+        base = study_segmentation(seg, studies["segmentation"])
         sweep = studies["sweep"]
         grid = sweep_configs(base, sweep["strategies"], sweep["num_segments"])
         agreement = traces.filter(pl.col("agreement"))["trace_index"].to_list()

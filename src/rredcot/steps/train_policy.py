@@ -7,21 +7,38 @@
 segmentation, rredcot, mc, ...). Restarted after a kill, the run resumes from the newest
 checkpoint in `--out`. On GPUs it runs under `accelerate launch ... -m rredcot.steps.train_policy`
 (`rredcot.training.launch.accelerate_command`), one process per GPU, with `--dtype bfloat16`.
+
+The run record (`rredcot.training.run.run_record`) holds every argument but those in
+`NOT_IDENTITY`, the inputs by content: a run resumes only what it would itself have written.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.curves import CurveSettings
-from rredcot.training.run import TrainingSettings, fingerprint, train_policy
+from rredcot.training.run import TrainingSettings, job_record, train_policy
+
+INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
+"""Path arguments the run record holds by content (`fingerprint`)."""
+NOT_IDENTITY: dict[str, str] = {
+    "params": "in the record's settings block, with the defaults filled in",
+    "threads": "torch's thread count changes float rounding, not the run; a run may resume on "
+    "a node with other cores (it is in the record's machine block)",
+    "out": "the run directory itself",
+    "keep_stale_checkpoints": "what happens to other runs' directories",
+}
+"""Arguments left out of the run record, with the reason; every other one is compared."""
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The step's arguments (all of them go into the run record, `NOT_IDENTITY` apart)."""
     p = parser(__doc__)
     p.add_argument("--model", required=True, type=Path, help="base checkpoint directory or hub id")
     p.add_argument("--train", required=True, type=Path, help="normalized train parquet")
@@ -36,7 +53,22 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--curve-problems", type=Path, help="held-out problems of the learning curve")
     p.add_argument("--curve", type=json.loads, help="CurveSettings as JSON (with --curve-problems)")
-    args = p.parse_args()
+    p.add_argument(
+        "--keep-stale-checkpoints",
+        action="store_true",
+        help="keep the checkpoints of run directories moved aside (config key "
+        "training.keep_stale_checkpoints)",
+    )
+    return p
+
+
+def record_blocks(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """The (arguments, inputs) blocks of this job's run record."""
+    return job_record(vars(args), INPUTS, NOT_IDENTITY)
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     setup(args.threads)
     settings = TrainingSettings.from_dict(args.params)
     seed_everything(settings.seed)
@@ -45,11 +77,20 @@ def main() -> None:
     table = read_parquet(args.train)
     log.info("training %s (seed %d) on %d problems", settings.method, settings.seed, table.height)
     curve = None
-    inputs = {"model": fingerprint(args.model), "train": fingerprint(args.train)}
     if args.curve_problems is not None:
         curve = (read_parquet(args.curve_problems), CurveSettings.from_dict(args.curve or {}))
-        inputs.update(curve_problems=fingerprint(args.curve_problems), curve=json.dumps(args.curve))
-    train_policy(model, tokenizer, table, settings, args.out, curve=curve, fingerprints=inputs)
+    arguments, inputs = record_blocks(args)
+    train_policy(
+        model,
+        tokenizer,
+        table,
+        settings,
+        args.out,
+        curve=curve,
+        fingerprints=inputs,
+        arguments=arguments,
+        keep_stale_checkpoints=args.keep_stale_checkpoints,
+    )
 
 
 if __name__ == "__main__":

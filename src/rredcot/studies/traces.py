@@ -25,6 +25,7 @@ from typing import Any
 
 import polars as pl
 
+from rredcot.config import accuracy_band_error
 from rredcot.generation.base import GenerationBackend, SamplingParams
 
 TRACE_COLUMNS: tuple[str, ...] = (
@@ -215,9 +216,9 @@ def select_study_set(
         )
         kept = traces
     else:
+        if (error := accuracy_band_error(band)) is not None:
+            raise ValueError(error)
         low, high = float(band[0]), float(band[1])
-        if not 0 <= low <= high <= 1:
-            raise ValueError(f"studies.accuracy_band: need 0 <= low <= high <= 1, got {band!r}")
         rows = []
         for depth, part in traces.group_by("depth", maintain_order=False):
             n, right = part.height, int((part["reward"] == 1).sum())

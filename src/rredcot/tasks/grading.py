@@ -5,7 +5,9 @@ interrupt sympy stuck in C code. Its timeouts are therefore disabled, and parse 
 a persistent worker subprocess (one per calling process, started lazily, reused across calls,
 guarded by a lock so that any thread may grade). A pair that exceeds `timeout_s` gets its worker
 killed and replaced, and yields `Grade(False, extracted, "timeout")`; an exception inside
-math-verify yields status "error". Neither hangs nor crashes the caller.
+math-verify, or an answer it cannot read whole (an integer longer than Python's int-string
+limit, which math-verify would silently compare as a string), yields status "error". Neither
+hangs nor crashes the caller.
 
 The worker is a plain `subprocess` (fork + exec of a fresh interpreter), so it is safe to start
 from a threaded process and does not re-import the caller's `__main__`. A forked child (e.g. a
@@ -123,9 +125,28 @@ def shutdown_worker() -> None:
 # --- in the worker process -----------------------------------------------------------------
 
 
+# A thousands separator (also a LaTeX one) between the digit groups of one number.
+_DIGIT_SEPARATORS = re.compile(r"(?<=\d)(?:\\[,!; ]|\{,\}|[,~\s])(?=\d{3}(?!\d))")
+
+
+def too_long_integer(text: str) -> bool:
+    """Whether `text` holds an integer with more digits than Python converts from a string
+    (`sys.get_int_max_str_digits`, 4300 by default): sympy then fails inside math-verify, which
+    falls back to comparing strings, so `N` and `N.0` would be graded wrong with status ok."""
+    limit = sys.get_int_max_str_digits()
+    if not limit:
+        return False
+    return re.search(rf"\d{{{limit + 1},}}", _DIGIT_SEPARATORS.sub("", text)) is not None
+
+
 def _parse_and_verify(gold: str, pred: str) -> bool:
-    """math-verify with its signal-based timeouts off; the parent enforces the time limit."""
+    """math-verify with its signal-based timeouts off; the parent enforces the time limit.
+    Raises (status "error") for an answer with an integer too long to parse (`too_long_integer`)."""
     from math_verify import parse, verify
+
+    for side, text in (("gold", gold), ("answer", pred)):
+        if too_long_integer(text):
+            raise ValueError(f"{side}: an integer longer than Python's int-string limit")
 
     gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=None)
     pred_parsed = parse(f"\\boxed{{{pred}}}", parsing_timeout=None)

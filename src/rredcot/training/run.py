@@ -4,8 +4,10 @@ Setup only; what a method does differently lives in `rredcot.training.methods`. 
 into `out`:
 
     checkpoint-N/        every `save_steps` steps, the last `save_total_limit` kept; a restarted
-                         run resumes from the newest complete one (trainer_state.json written);
-                         with `lora`, the adapter weights only
+                         run resumes from the newest complete one (trainer_state.json written,
+                         files not cut short); with `lora`, the adapter weights only
+    run_record.json      what the run was started with (`run_record`); a directory with another
+                         record is moved aside to `<out>.stale-N` (its checkpoints deleted)
     metrics.csv          one row per optimizer step (`CSV_COLUMNS` + the method's metrics)
     final/               the trained policy and tokenizer (save_pretrained); with `lora`, the
                          base merged with the adapter (loads as any checkpoint) and the
@@ -25,7 +27,8 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from numbers import Integral, Real
 from pathlib import Path
@@ -49,6 +52,7 @@ from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.lora import LoraSettings, save_final
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
+from rredcot.training_rules import process_layout, settings_error
 
 log = logging.getLogger(__name__)
 
@@ -256,33 +260,9 @@ class TrainingSettings:
                     f"training.{name}: {getattr(self, name)!r} is not allowed; choose one of "
                     f"{list(allowed)}"
                 )
-        resets = self.method in ("rrpo", "srpo")  # their loss is TRL's under these settings
-        if resets and (self.loss_type != "grpo" or self.kl_beta != 0 or self.num_generations % 2):
-            raise ValueError(
-                f"training: method {self.method!r} needs loss_type 'grpo', kl_beta 0 and an even "
-                f"num_generations; got {self.loss_type!r}, {self.kl_beta}, {self.num_generations}"
-            )
-        if self.use_vllm and self.device == "cpu":
-            raise ValueError(
-                "training.use_vllm: vLLM samples on GPUs; set training.device to 'auto' (and "
-                "install the `gpu` extra) or use_vllm to false"
-            )
-        # Whatever the number of processes, micro-batches must tile the step's batch.
-        total = self.prompts_per_step * self.num_generations
-        accumulation = self.gradient_accumulation_steps
-        if self.per_device_batch_size is None and total % accumulation:
-            raise ValueError(
-                f"training.gradient_accumulation_steps: {accumulation} must divide "
-                f"prompts_per_step × num_generations = {total} (the batch of one optimizer step)"
-            )
-        if self.per_device_batch_size is not None and total % (
-            self.per_device_batch_size * accumulation
-        ):
-            raise ValueError(
-                f"training.per_device_batch_size: {self.per_device_batch_size} × "
-                f"gradient_accumulation_steps {accumulation} must divide prompts_per_step × "
-                f"num_generations = {total} (the batch of one optimizer step)"
-            )
+        error = settings_error({f.name: getattr(self, f.name) for f in fields(self)})
+        if error is not None:
+            raise ValueError(error)
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> TrainingSettings:
@@ -328,42 +308,10 @@ def launched_processes(device: str = "cpu") -> int:
 
 
 def batch_layout(settings: TrainingSettings, num_processes: int) -> tuple[int, int]:
-    """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes.
-
-    One optimizer step always sees prompts_per_step × num_generations responses, sampled once:
-    TRL's generation batch is per_device × processes × accumulation, so the product must equal
-    it. A method that pools group statistics (all but grpo) needs each process's generation
-    batch (per_device × accumulation rows) to hold whole groups of num_generations.
-    """
-    total = settings.prompts_per_step * settings.num_generations
-    accumulation = settings.gradient_accumulation_steps
-    per_device = settings.per_device_batch_size
-    if per_device is None:
-        if total % (num_processes * accumulation):
-            raise ValueError(
-                f"training.per_device_batch_size: null splits prompts_per_step × num_generations "
-                f"= {total} over {num_processes} process(es) × gradient_accumulation_steps "
-                f"{accumulation}, which does not divide it; set per_device_batch_size so that "
-                f"per_device_batch_size × gradient_accumulation_steps × processes = {total}"
-            )
-        per_device = total // (num_processes * accumulation)
-    elif per_device * accumulation * num_processes != total:
-        raise ValueError(
-            f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
-            f"{accumulation} × {num_processes} process(es) = "
-            f"{per_device * accumulation * num_processes}, but one optimizer step takes "
-            f"prompts_per_step × num_generations = {total} responses"
-        )
-    local = per_device * accumulation
+    """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes
+    (`process_layout`, with whether the method pools group statistics)."""
     whole_groups = METHODS[settings.method].needs_whole_groups
-    if num_processes > 1 and whole_groups and local % settings.num_generations:
-        raise ValueError(
-            f"training.per_device_batch_size: method {settings.method!r} pools each group's "
-            f"statistics, so a group must sit on one process: per_device_batch_size × "
-            f"gradient_accumulation_steps = {local} must be a multiple of num_generations = "
-            f"{settings.num_generations}"
-        )
-    return per_device, accumulation
+    return process_layout(asdict(settings), num_processes, whole_groups)
 
 
 def check_collectives(settings: TrainingSettings, num_processes: int) -> None:
@@ -534,10 +482,41 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
     return sorted((p for p in found if (p / "trainer_state.json").is_file()), key=_step_of)
 
 
+def unreadable_checkpoint(checkpoint: Path) -> str | None:
+    """Why a checkpoint cannot be loaded (the file and what is wrong), or None.
+
+    Cheap checks that catch a file cut short (a kill or a full disk while saving): a
+    safetensors file must be as long as its header says; a torch zip file (optimizer,
+    scheduler, RNG state) must have its central directory, written last, at its end."""
+    for f in sorted(checkpoint.rglob("*")):
+        if not f.is_file():
+            continue
+        try:
+            if f.suffix == ".safetensors":
+                size = f.stat().st_size
+                with f.open("rb") as fh:
+                    n = int.from_bytes(fh.read(8), "little")
+                    header = json.loads(fh.read(n)) if 8 + n <= size else None
+                if header is None:
+                    return f"{f}: {size} bytes, shorter than its header"
+                ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+                if size != 8 + n + max(ends, default=0):
+                    return f"{f}: {size} bytes, its header says {8 + n + max(ends, default=0)}"
+            elif f.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(f):
+                return f"{f}: not a readable torch file (no zip directory at its end)"
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"{f}: {type(err).__name__}: {err}"
+    return None
+
+
 def resume_point(out: str | Path, remove_incomplete: bool = True) -> Path | None:
-    """The newest complete checkpoint; newer incomplete ones (killed while saving) are removed
-    (by one process only when several run: `remove_incomplete`)."""
+    """The newest complete checkpoint whose files are readable (`unreadable_checkpoint`; else a
+    warning names the file); newer ones, incomplete (killed while saving) or unreadable, are
+    removed (by one process only when several run: `remove_incomplete`)."""
     complete = complete_checkpoints(out)
+    while complete and (why := unreadable_checkpoint(complete[-1])) is not None:
+        log.warning("checkpoint %s is unreadable (%s); trying the one before", complete[-1], why)
+        complete.pop()
     last = complete[-1] if complete else None
     newest = _step_of(last) if last else -1
     if not remove_incomplete:
@@ -545,7 +524,7 @@ def resume_point(out: str | Path, remove_incomplete: bool = True) -> Path | None
     for p in Path(out).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if Path(out).is_dir() else []:
         name = p.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
         if p.is_dir() and name.isdigit() and int(name) > newest:
-            log.warning("removing incomplete checkpoint %s (no trainer_state.json)", p)
+            log.warning("removing incomplete or unreadable checkpoint %s", p)
             shutil.rmtree(p)
     return last
 
@@ -654,18 +633,66 @@ def fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def run_record(settings: TrainingSettings, fingerprints: Mapping[str, str]) -> dict[str, Any]:
-    """What a run directory was started with: the settings and the inputs' fingerprints (its
-    identity, `RECORD_IDENTITY`), and the machine it started on (recorded, not compared: a run
-    may resume on another node)."""
+def job_record(
+    arguments: Mapping[str, Any], inputs: Collection[str], not_identity: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """A job's arguments as the (arguments, inputs) blocks of its run record.
+
+    Every argument is in one of them unless `not_identity` names it, with the reason (a
+    setting that does not change what the run computes): so an argument added to a step
+    script is compared without anyone listing it. `inputs` (paths) are recorded by content
+    (`fingerprint`; None when not given); another argument that is a path is an error, as it
+    would be compared by name only.
+    """
+    unknown = sorted(set(inputs) - set(arguments))
+    if unknown:
+        raise ValueError(f"job_record: input(s) {unknown} are not arguments {sorted(arguments)}")
+    fingerprints = {k: None if arguments[k] is None else fingerprint(arguments[k]) for k in inputs}
+    rest = {k: v for k, v in arguments.items() if k not in inputs and k not in not_identity}
+    paths = sorted(k for k, v in rest.items() if isinstance(v, Path))
+    if paths:
+        raise ValueError(
+            f"job_record: argument(s) {paths} are paths; declare them inputs (fingerprinted) "
+            "or not identity (with the reason)"
+        )
+    return json.loads(json.dumps(rest)), fingerprints
+
+
+def launch_info(policy: PreTrainedModel, device: str) -> dict[str, Any]:
+    """How this process was launched and what it trains: processes, accelerate's distributed
+    type and ZeRO stage (they decide the checkpoints' layout and the data each process sees), and
+    the dtype the policy was loaded in."""
+    from accelerate import PartialState
+
+    state = PartialState(cpu=device == "cpu")
+    plugin = getattr(state, "deepspeed_plugin", None)
+    return {
+        "processes": state.num_processes,
+        "distributed_type": str(state.distributed_type),
+        "zero_stage": getattr(plugin, "zero_stage", None),
+        "policy_dtype": str(policy.dtype).removeprefix("torch."),
+    }
+
+
+def run_record(
+    settings: TrainingSettings,
+    fingerprints: Mapping[str, str | None],
+    arguments: Mapping[str, Any] | None = None,
+    launch: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a run directory was started with: the settings, the job's other arguments (e.g. the
+    policy's dtype), the inputs' fingerprints and the launch (its identity, `RECORD_IDENTITY`),
+    and the machine it started on (recorded, not compared: a run may resume on another node)."""
     return {
         "settings": settings.to_dict(),
+        "arguments": dict(sorted((arguments or {}).items())),
         "inputs": dict(sorted(fingerprints.items())),
+        "launch": dict(sorted((launch or {}).items())),
         "machine": machine_info(),
     }
 
 
-RECORD_IDENTITY: tuple[str, ...] = ("settings", "inputs")
+RECORD_IDENTITY: tuple[str, ...] = ("settings", "arguments", "inputs", "launch")
 
 
 def _identity(record: Any) -> Any:
@@ -676,20 +703,52 @@ def _identity(record: Any) -> Any:
 
 
 def _changed_keys(old: Any, new: Mapping[str, Any]) -> list[str]:
-    """`settings.<key>` / `inputs.<key>` entries that differ between two run records."""
+    """`<block>.<key>` entries that differ between two run records (`<block>` alone when the old
+    record lacks the block: it was written before the block existed)."""
     if not isinstance(old, dict):
         return ["no record"]
     keys = []
     for block in RECORD_IDENTITY:
-        a, b = old.get(block, {}), json.loads(json.dumps(new.get(block, {})))
+        if block not in old:
+            keys += [f"{block} (not in the old record)"] * (block in new)
+            continue
+        a, b = old[block], json.loads(json.dumps(new.get(block, {})))
         keys += [f"{block}.{k}" for k in sorted({*a, *b}) if a.get(k) != b.get(k)]
     return keys
 
 
-def claim_run_dir(out: Path, record: Mapping[str, Any], main: bool = True) -> None:
+def _stale_copies(out: Path) -> list[Path]:
+    """`out.stale-N` directories, by N."""
+    found = [
+        p
+        for p in out.parent.glob(f"{out.name}.stale-*")
+        if p.is_dir() and p.name.removeprefix(f"{out.name}.stale-").isdigit()
+    ]
+    return sorted(found, key=lambda p: int(p.name.removeprefix(f"{out.name}.stale-")))
+
+
+def prune_stale(out: Path) -> None:
+    """Delete the intermediate checkpoints of every `out.stale-N` (at paper scale hundreds of
+    GB that no run resumes from), keeping what tells the old run apart (final/, metrics,
+    curve, record, summary); each deletion is logged."""
+    for stale in _stale_copies(out):
+        for p in sorted(
+            stale.glob(f"{PREFIX_CHECKPOINT_DIR}-*"), key=lambda p: (len(p.name), p.name)
+        ):
+            if p.is_dir():
+                size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                log.warning("deleting checkpoint %s of a stale run (%.1f MB)", p, size / 1e6)
+                shutil.rmtree(p)
+
+
+def claim_run_dir(
+    out: Path, record: Mapping[str, Any], main: bool = True, keep_stale_checkpoints: bool = False
+) -> None:
     """Make `out` a directory of this run: checkpoints left by a run with another record
-    (other settings, base model or training data) are moved aside to `out.stale-N`, with a
-    log line saying why, so that a run never resumes from them. Then the record is written."""
+    (other settings, arguments, base model, training data or launch) are moved aside to
+    `out.stale-N`, with a log line naming the changed keys, so that a run never resumes from
+    them; then the checkpoints of every stale copy are deleted (`prune_stale`) unless
+    `keep_stale_checkpoints`. Then the record is written."""
     path = out / RUN_RECORD
     if not main:
         return
@@ -709,6 +768,8 @@ def claim_run_dir(out: Path, record: Mapping[str, Any], main: bool = True) -> No
                 stale,
             )
             out.rename(stale)
+            if not keep_stale_checkpoints:
+                prune_stale(out)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
 
@@ -725,15 +786,19 @@ def train_policy(
     out: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
     curve: tuple[pl.DataFrame, CurveSettings] | None = None,
-    fingerprints: Mapping[str, str] | None = None,
+    fingerprints: Mapping[str, str | None] | None = None,
+    arguments: Mapping[str, Any] | None = None,
+    keep_stale_checkpoints: bool = False,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
 
     `curve` (held-out problems, settings): evaluate the policy on them during the run into
     `out/curve.csv` (`rredcot.training.curves`). `fingerprints` name the inputs (base model,
-    training data, curve problems); with the settings they form the run record, and a
-    directory left by a run with another record is moved aside (`claim_run_dir`) instead of
-    resumed. A run whose newest checkpoint is already at max_steps takes no further step.
+    training data, curve problems) and `arguments` the job's other arguments (`job_record`);
+    with the settings and the launch (`launch_info`: processes, the policy's dtype) they form
+    the run record, and a directory left by a run with another record is moved aside
+    (`claim_run_dir`, which deletes stale checkpoints unless `keep_stale_checkpoints`) instead
+    of resumed. A run whose newest checkpoint is already at max_steps takes no further step.
 
     Writes checkpoints, metrics.csv, final/ and train_summary.json into `out` (module
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
@@ -745,7 +810,10 @@ def train_policy(
     from accelerate import PartialState
 
     main = PartialState(cpu=settings.device == "cpu").is_main_process
-    claim_run_dir(out, run_record(settings, fingerprints or {}), main=main)
+    record = run_record(
+        settings, fingerprints or {}, arguments, launch_info(model, settings.device)
+    )
+    claim_run_dir(out, record, main=main, keep_stale_checkpoints=keep_stale_checkpoints)
     PartialState().wait_for_everyone()
     trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
     accelerator = trainer.accelerator

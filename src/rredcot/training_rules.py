@@ -1,0 +1,88 @@
+"""Rules that tie training settings together, apart from torch and TRL (outside the
+`rredcot.training` package, whose import loads them): `TrainingSettings` and `batch_layout`
+apply them in the job, the config check at Snakemake load time before any job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+RESET_METHODS: tuple[str, ...] = ("rrpo", "srpo")
+"""Methods whose loss is TRL's only under loss_type grpo, kl_beta 0, an even num_generations."""
+
+
+def settings_error(values: Mapping[str, Any]) -> str | None:
+    """What is wrong with a run's settings taken together (`TrainingSettings` fields), or None."""
+    method, n = values["method"], values["num_generations"]
+    loss_type, kl_beta = values["loss_type"], values["kl_beta"]
+    if method in RESET_METHODS and (loss_type != "grpo" or kl_beta != 0 or n % 2):
+        return (
+            f"training: method {method!r} needs loss_type 'grpo', kl_beta 0 and an even "
+            f"num_generations; got {loss_type!r}, {kl_beta}, {n}"
+        )
+    if values["use_vllm"] and values["device"] == "cpu":
+        return (
+            "training.use_vllm: vLLM samples on GPUs; set training.device to 'auto' (and "
+            "install the `gpu` extra) or use_vllm to false"
+        )
+    # Whatever the number of processes, micro-batches must tile the step's batch.
+    total = values["prompts_per_step"] * n
+    accumulation, per_device = (
+        values["gradient_accumulation_steps"],
+        values["per_device_batch_size"],
+    )
+    if per_device is None and total % accumulation:
+        return (
+            f"training.gradient_accumulation_steps: {accumulation} must divide "
+            f"prompts_per_step × num_generations = {total} (the batch of one optimizer step)"
+        )
+    if per_device is not None and total % (per_device * accumulation):
+        return (
+            f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
+            f"{accumulation} must divide prompts_per_step × num_generations = {total} (the batch "
+            "of one optimizer step)"
+        )
+    return None
+
+
+def process_layout(
+    values: Mapping[str, Any], num_processes: int, whole_groups: bool
+) -> tuple[int, int]:
+    """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes.
+
+    One optimizer step always sees prompts_per_step × num_generations responses, sampled once:
+    TRL's generation batch is per_device × processes × accumulation, so the product must equal
+    it. A method that pools group statistics (`whole_groups`: all but grpo) needs each
+    process's generation batch (per_device × accumulation rows) to hold whole groups of
+    num_generations.
+    """
+    n = values["num_generations"]
+    total = values["prompts_per_step"] * n
+    accumulation, per_device = (
+        values["gradient_accumulation_steps"],
+        values["per_device_batch_size"],
+    )
+    if per_device is None:
+        if total % (num_processes * accumulation):
+            raise ValueError(
+                f"training.per_device_batch_size: null splits prompts_per_step × num_generations "
+                f"= {total} over {num_processes} process(es) × gradient_accumulation_steps "
+                f"{accumulation}, which does not divide it; set per_device_batch_size so that "
+                f"per_device_batch_size × gradient_accumulation_steps × processes = {total}"
+            )
+        per_device = total // (num_processes * accumulation)
+    elif per_device * accumulation * num_processes != total:
+        raise ValueError(
+            f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
+            f"{accumulation} × {num_processes} process(es) = "
+            f"{per_device * accumulation * num_processes}, but one optimizer step takes "
+            f"prompts_per_step × num_generations = {total} responses"
+        )
+    local = per_device * accumulation
+    if num_processes > 1 and whole_groups and local % n:
+        raise ValueError(
+            f"training.per_device_batch_size: method {values['method']!r} pools each group's "
+            f"statistics, so a group must sit on one process: per_device_batch_size × "
+            f"gradient_accumulation_steps = {local} must be a multiple of num_generations = {n}"
+        )
+    return per_device, accumulation

@@ -7,10 +7,14 @@ is the one-line form the tables carry; runs from more than one machine show ever
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # Environment variables that change which kernels or how many threads torch uses.
 _KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "DNNL_MAX_CPU_ISA")
@@ -85,9 +89,16 @@ def machines_of(summaries: list[dict[str, Any]]) -> str:
 def machines_by_run_name(summaries: list[Path]) -> dict[str, str]:
     """Run name (a method or variant: the directory `train/<name>/seed<s>/` holding each
     train_summary.json) -> the `machines_of` label of its seeds' runs."""
-    import json
-
     grouped: dict[str, list[dict[str, Any]]] = {}
     for path in summaries:
         grouped.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text()))
     return {name: machines_of(runs) for name, runs in grouped.items()}
+
+
+def with_machine_column(frame: pl.DataFrame, machines: dict[str, str]) -> pl.DataFrame:
+    """`frame` with a `machine` column looked up by its `method` (`not recorded` if absent)."""
+    import polars as pl
+
+    return frame.with_columns(
+        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
+    )

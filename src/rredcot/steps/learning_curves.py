@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.machine import machines_by_run_name
+from rredcot.machine import machines_by_run_name, with_machine_column
 from rredcot.reporting.curves import (
     comparison_mapping,
     learning_curves,
@@ -44,9 +44,7 @@ def main() -> None:
     base = pl.read_parquet(args.base)
     per_run, summary = learning_curves(runs, base)
     machines = machines_by_run_name(args.summaries)
-    summary = summary.with_columns(
-        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
-    )
+    summary = with_machine_column(summary, machines)
     for path in (args.curves, args.runs, args.comparison):
         path.parent.mkdir(parents=True, exist_ok=True)
     summary.write_csv(args.curves)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.machine import machines_by_run_name, machines_of
+from rredcot.machine import machines_by_run_name, machines_of, with_machine_column
 from rredcot.reporting.training import main_table
 from rredcot.steps.cli import log, parser, setup
 
@@ -28,11 +28,8 @@ def main() -> None:
         tables[str(table["benchmark"][0])] = table
     machines = machines_by_run_name(args.summaries)
     sft = args.base / "sft_metrics.json"
-    base_machine = json.loads(sft.read_text()).get("machine") if sft.is_file() else None
-    machines["base"] = machines_of([{"machine": base_machine}] if base_machine else [{}])
-    wide = main_table(tables).with_columns(
-        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
-    )
+    machines["base"] = machines_of([json.loads(sft.read_text()) if sft.is_file() else {}])
+    wide = with_machine_column(main_table(tables), machines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     wide.write_csv(args.out)
     log.info("wrote %s:\n%s", args.out, wide.select("method", *tables))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import polars as pl
-
-from rredcot.machine import machines_by_run_name
+from rredcot.machine import machines_by_run_name, with_machine_column
 from rredcot.reporting.training import compute_cost, plot_training_curves, training_curves
 from rredcot.steps.cli import log, parser, setup
 
@@ -37,9 +35,7 @@ def main() -> None:
     curves.write_csv(args.curves)
     plot_training_curves(curves, args.figure)
     machines = machines_by_run_name(args.summaries)
-    cost = compute_cost(curves).with_columns(
-        pl.col("method").replace_strict(machines, default="not recorded").alias("machine")
-    )
+    cost = with_machine_column(compute_cost(curves), machines)
     cost.write_csv(args.cost)
     log.info("compute cost per step:\n%s", cost)
 

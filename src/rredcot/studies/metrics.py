@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rredcot.evaluation.paired import interval_verdict
+
 
 def rankdata(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """1-based average ranks: rankdata([10, 30, 20, 20]) = [1, 4, 2.5, 2.5]."""
@@ -166,12 +168,9 @@ def percentile_ci(samples: np.ndarray, level: float = 0.95) -> PercentileCI:
 
 
 def verdict(low: float, high: float) -> str:
-    """`better` / `worse` when a difference's CI excludes 0, else `no difference`."""
-    if low > 0:
-        return "better"
-    if high < 0:
-        return "worse"
-    return "no difference"
+    """`better` / `worse` when a difference's CI excludes 0, else `no difference` (`n/a` for
+    an undefined CI): the one rule of `rredcot.evaluation.paired.interval_verdict`."""
+    return interval_verdict(low, high)
 
 
 def bootstrap_mean_ci(

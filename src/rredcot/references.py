@@ -1,7 +1,12 @@
 """Reference solutions for the training problems (METHOD.md §1: U*, from the dataset or sampled).
 
 RREDCoT scores the suffixes of a reference solution C* = U* ⊕ A ⊕ y* ⊕ close under the policy,
-so every training problem needs one. For each problem, in order:
+so every training problem needs one. Which comes first is `prefer` (config
+`references.source`): `dataset` (the default, as below), or `sampled` (a verified policy sample
+first, the dataset solution only where none verifies). The third kind, `own_path` (the answer
+key written on each trace's own solution path, `rredcot.data.synthetic.own_path_solution`), is
+per trace, not per problem: an oracle for analysis, built where the traces are. For each
+problem, with `prefer: dataset`:
 
 1. `dataset`: the problem's own `solution`, when it is non-empty and `task.grade(solution, gold)`
    verifies it (math: its last \\boxed{} against the gold answer with math-verify; synthetic: the
@@ -37,6 +42,9 @@ from rredcot.tasks.base import Grade, Task
 log = logging.getLogger(__name__)
 
 REFERENCE_SOURCES: tuple[str, ...] = ("dataset", "sampled")
+REFERENCE_KINDS: tuple[str, ...] = ("dataset", "sampled", "own_path")
+"""What a reference may be: a problem's dataset solution, a verified policy sample, or (per
+trace, an oracle) the key on the trace's own path."""
 OUTPUT_COLUMNS: tuple[str, ...] = ("reference", "reference_source", "reference_attempts")
 REQUIRED_COLUMNS: tuple[str, ...] = ("id", "problem", "answer", "solution")
 
@@ -145,6 +153,7 @@ def build_references(
     seed: int,
     top_p: float = 1.0,
     tokenizer: Any = None,
+    prefer: str = "dataset",
 ) -> tuple[pl.DataFrame, ReferenceReport]:
     """`problems` with `reference`, `reference_source`, `reference_attempts`, and a report.
 
@@ -154,11 +163,15 @@ def build_references(
     still without a reference, n = samples_per_attempt, seed `derive_seed(seed, a)`, the task's
     stop strings; deterministic given the table, the seed and a seeded backend. tokenizer: for
     `task.build_prompt` (chat templates); defaults to `backend.tokenizer` when it has one.
+    prefer: `dataset` (dataset solution first, sampling for the rest) or `sampled` (sampling
+    first, the dataset solution for problems where no sample verified).
 
     Columns added: reference (String, null when none), reference_source ("dataset" | "sampled"
     | null), reference_attempts (Int64: responses sampled and graded for this problem, all
     samples of every attempt made; 0 when the dataset solution was used or nothing was sampled).
     """
+    if prefer not in REFERENCE_SOURCES:
+        raise ValueError(f"prefer: expected one of {list(REFERENCE_SOURCES)}, got {prefer!r}")
     attempts = _check_count("attempts", attempts, 0)
     samples_per_attempt = _check_count("samples_per_attempt", samples_per_attempt, 1)
     _check_count("seed", seed, 0)
@@ -185,24 +198,27 @@ def build_references(
         if not golds[i]:
             missing[row["id"]] = "no gold answer to verify against"
 
-    # 1. Dataset solutions that verify.
-    candidates = [
-        i
-        for i, row in enumerate(rows)
-        if golds[i] and isinstance(row["solution"], str) and row["solution"].strip()
-    ]
-    grades = _grade(task, [(rows[i]["solution"], golds[i]) for i in candidates])
-    for i, grade in zip(candidates, grades, strict=True):
-        if grade.correct:
-            composed = compose_reference(task, rows[i]["solution"], golds[i])
-            if composed is not None:
-                reference[i], source[i] = composed, "dataset"
+    def from_dataset(indices: list[int]) -> None:
+        """Dataset solutions that verify."""
+        candidates = [
+            i
+            for i in indices
+            if isinstance(rows[i]["solution"], str) and rows[i]["solution"].strip()
+        ]
+        grades = _grade(task, [(rows[i]["solution"], golds[i]) for i in candidates])
+        for i, grade in zip(candidates, grades, strict=True):
+            if grade.correct:
+                composed = compose_reference(task, rows[i]["solution"], golds[i])
+                if composed is not None:
+                    reference[i], source[i] = composed, "dataset"
 
-    # 2. Sampling, attempt by attempt, for the rest.
-    need = [i for i in range(n) if golds[i] and reference[i] is None]
-    if need and backend is not None and attempts > 0:
+    def by_sampling(indices: list[int]) -> None:
+        """Attempt by attempt, the first verified sample that finished."""
+        if not indices or backend is None or attempts == 0:
+            return
         tok = tokenizer if tokenizer is not None else getattr(backend, "tokenizer", None)
-        prompts = {i: task.build_prompt(rows[i]["problem"], tok) for i in need}
+        prompts = {i: task.build_prompt(rows[i]["problem"], tok) for i in indices}
+        need = list(indices)
         for attempt in range(attempts):
             if not need:
                 break
@@ -236,6 +252,14 @@ def build_references(
             need = [i for i in need if reference[i] is None]
             log.info("reference attempt %d: %d problems still without one", attempt + 1, len(need))
 
+    with_gold = [i for i in range(n) if golds[i]]
+    first, second = (
+        (from_dataset, by_sampling) if prefer == "dataset" else (by_sampling, from_dataset)
+    )
+    first(with_gold)
+    second([i for i in with_gold if reference[i] is None])
+    need = [i for i in with_gold if reference[i] is None]
+
     for i in need:
         if backend is None or attempts == 0:
             missing[rows[i]["id"]] = "dataset solution unusable and sampling disabled"
@@ -268,6 +292,7 @@ def build_references(
 
 __all__ = [
     "OUTPUT_COLUMNS",
+    "REFERENCE_KINDS",
     "REFERENCE_SOURCES",
     "ReferenceReport",
     "build_references",

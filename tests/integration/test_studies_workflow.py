@@ -58,8 +58,12 @@ def test_estimator_agreement(studies_run):
     assert {"mc_n1", "mc_n2", "loo", "shapley", "grad_x_input", "attention", "null_R_only"} <= names
     assert {f"rredcot_{v}" for v in ("ref_suffix_sum", "ref_path_ratio")} <= names
     assert "rredcot_ref_suffix_sum_joint" in names
-    assert not any(n.endswith("_other_path") for n in names)  # localization only
-    for _, part in table.group_by(["target", "aggregation"]):
+    # every reference kind, the oracle key on the trace's own path and the sampled-first one
+    assert {"rredcot_ref_suffix_sum_own_path", "rredcot_ref_suffix_sum_sampled"} <= names
+    kinds = dict(table.select("estimator", "reference_kind").unique().iter_rows())
+    assert kinds["rredcot_ref_suffix_sum_own_path"] == "own_path" and kinds["mc_n1"] is None
+    assert "all" in set(table["traces"])  # plus the overlap bins that have traces
+    for _, part in table.group_by(["traces", "target", "aggregation"]):
         # one common set per target: every estimator on the same traces
         assert part["n_traces"].n_unique() == 1
         assert (part["verdict"] == "reference").sum() == 1
@@ -74,6 +78,9 @@ def test_estimator_agreement(studies_run):
     assert {"target", "aggregation", "n_equal", "token_ratio", "note"} <= set(match.columns)
     study_set = pl.read_csv(studies_run / "results" / "study_set.csv")
     assert study_set["kept"].all() and study_set["n_traces"].sum() == 16
+    assert {"luck", "distinct_paths_mean", "multi_path_share", "overlap_two_valid_paths"} <= set(
+        study_set.columns
+    )
 
 
 def test_attribution_correlation_matrix(studies_run):
@@ -88,6 +95,8 @@ def test_attribution_correlation_matrix(studies_run):
 def test_error_localization(studies_run):
     table = pl.read_csv(studies_run / "results" / "error_localization.csv")
     assert {"all_incorrect", "agreement_incorrect"} <= set(table["trace_set"])
+    everyone = set(table.filter(pl.col("trace_set") == "all_incorrect")["estimator"])
+    assert {"rredcot_ref_suffix_sum", "rredcot_ref_suffix_sum_own_path"} <= everyone
     for _, part in table.group_by("trace_set"):
         assert part["n_traces"].n_unique() == 1  # one common set per trace set
         random = part.filter(pl.col("estimator") == "random").row(0, named=True)
@@ -130,11 +139,11 @@ def test_segmentation_sweep(studies_run):
 
 def test_references_cover_every_training_problem(studies_run):
     """RL's problems (the smoke config's data.train: the world's rl split) all get references."""
-    refs = pl.read_parquet(studies_run / "results" / "references" / "rl.parquet")
+    refs = pl.read_parquet(studies_run / "results" / "references" / "dataset" / "rl.parquet")
     world = pl.read_parquet(studies_run / "results" / "data" / "world" / "rl.parquet")
     assert refs["id"].to_list() == world["id"].to_list()  # nothing dropped
-    summary = json.loads((studies_run / "results/references/rl_summary.json").read_text())
+    summary = json.loads((studies_run / "results/references/dataset/rl_summary.json").read_text())
     assert summary["coverage"] == pytest.approx(1.0)  # every synthetic solution verifies
     assert summary["counts"]["dataset"] == refs.height
-    missing = pl.read_csv(studies_run / "results" / "references" / "rl_missing.csv")
+    missing = pl.read_csv(studies_run / "results" / "references" / "dataset" / "rl_missing.csv")
     assert missing.columns == ["id", "reason"] and missing.height == 0

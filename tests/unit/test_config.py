@@ -102,6 +102,7 @@ METHOD_ONLY_KEYS = {
     "credit": {"rredcot", "mc"},
     "mc_batch_size": {"mc"},
     "resets": {"rrpo", "srpo"},
+    "reference": {"rredcot"},  # which reference RREDCoT reads (own_path: the oracle variant)
     "rredcot": {"rredcot"},  # overrides of estimator.rredcot, not a training key
 }
 

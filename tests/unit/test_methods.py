@@ -10,6 +10,7 @@ import torch
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
+from rredcot.data.synthetic import Program, Step
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring import response_entropies
@@ -21,6 +22,7 @@ from rredcot.training.methods import rredcot as rredcot_method_module
 from rredcot.training.methods.base import response_scores, segment_completions, strip_eos
 from rredcot.training.methods.mc import fill_missing_values
 from rredcot.training.methods.rredcot import reference_path
+from rredcot.training.run import TrainingSettings
 
 ARCH = {
     "hidden_size": 32,
@@ -179,6 +181,29 @@ def test_reference_path_of_a_row():
         reference_path(task, {"answer": "1", "problem_id": "p9"})
     with pytest.raises(ValueError, match="p9.*answer trigger"):
         reference_path(task, {"reference": "x=1", "answer": "1", "problem_id": "p9"})
+
+
+def test_own_path_reference_is_the_key_on_each_response_s_path(model, tokenizer):
+    """The oracle variant: each response gets the key written in its own line order and
+    operand order, so the trace and its reference share one path; configured keeps the row's."""
+    program = Program(
+        10,
+        (("a", 3), ("b", 8), ("c", 2)),
+        (Step("d", "a", "+", "b"), Step("e", "c", "*", "a"), Step("f", "d", "-", "e")),
+        ("f", "d", "e"),
+    )
+    row = {"problem_id": "t0", "answer": program.answer, "program": program.to_json()}
+    row["reference"] = program.solution_text()  # d, e, f: the dataset's path
+    response = "e=a*c=3*2=6\nd=a+b=3+8=1\nf=d-e=1-6=4\nAnswer: 4."  # another path, a slip
+    ids = tokenizer(response)["input_ids"]
+    oracle = method("rredcot", tokenizer, reference="own_path")
+    key = program.solution_text(order=("e", "d", "f"), commuted=("e",))
+    task = get_task("synthetic")
+    assert oracle._reference(row, ids) == reference_path(task, {**row, "reference": key})
+    configured = method("rredcot", tokenizer)
+    assert configured._reference(row, ids) == reference_path(task, row)
+    with pytest.raises(ValueError, match="training.reference"):
+        TrainingSettings(method="rredcot", reference="sampled")
 
 
 # --- grpo ------------------------------------------------------------------------------------

@@ -42,8 +42,9 @@ from rredcot.studies.agreement import (
     correlation_matrix,
     cost_match,
     null_estimates,
+    preregistered_answer_now,
 )
-from rredcot.studies.estimators import ESTIMATE_SCHEMA
+from rredcot.studies.estimators import ESTIMATE_SCHEMA, reference_kind, rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 from rredcot.studies.localization import localization_sets, localization_table, true_segments
 from rredcot.studies.metrics import (
@@ -78,11 +79,12 @@ from rredcot.studies.segmentations import (
 from rredcot.studies.sweep import sweep_table
 from rredcot.studies.traces import (
     error_char,
+    overlap_bin,
     sample_traces,
     select_study_set,
     token_texts,
     wilson_interval,
-    with_other_path_references,
+    with_reference_kinds,
 )
 from rredcot.studies.truncation import truncation_table
 from rredcot.tasks import get_task
@@ -1078,19 +1080,30 @@ def test_select_study_set_keeps_the_depths_in_the_band() -> None:
         select_study_set(traces, [0.9, 1.0], agreement_traces=None)
 
 
-def test_other_path_references_flip_the_trace_s_own_path() -> None:
-    # c = a+b commutes, d = c*b commutes: the other path writes both the other way round
+def test_reference_kinds_and_overlaps_beside_every_trace() -> None:
+    # c = a+b commutes, d = c*b commutes; the configured reference is the canonical solution
     prog = PROGRAM
     canonical = prog.solution_text()
-    traces = pl.DataFrame({"response": [canonical, "c=b+a=2+1=3\nd=c*b=3*2=6\nAnswer: 6."]})
-    out = with_other_path_references(traces, [prog.to_json(), prog.to_json()])
-    assert out["own_path_canonical"].to_list() == [True, False]
-    assert out["reference_other_path"][0] == prog.solution_text(commuted=("c", "d"))
-    assert out["reference_other_path"][1] == prog.solution_text(commuted=("d",))
-    for ref in out["reference_other_path"]:
-        assert check_response(prog, ref).first_error is None  # another valid path
-    none = with_other_path_references(pl.DataFrame({"response": ["x"]}), [None])
-    assert none["reference_other_path"][0] is None
+    swapped = "c=b+a=2+1=3\nd=c*b=3*2=6\nAnswer: 6."
+    traces = pl.DataFrame({"response": [canonical, swapped], "reference": [canonical] * 2})
+    out = with_reference_kinds(traces, [prog.to_json()] * 2, [None, canonical])
+    assert out["reference_own_path"].to_list() == [canonical, prog.solution_text(commuted=("c",))]
+    assert out["reference_sampled"].to_list() == [None, canonical]
+    assert out["overlap"].to_list() == [1.0, 0.5]  # the swapped trace shares d's line only
+    assert out["overlap_own_path"].to_list() == [1.0, 1.0]  # the oracle follows the trace
+    assert out["overlap_sampled"].to_list() == [None, 0.5]
+    for ref in out["reference_own_path"]:
+        assert check_response(prog, ref).first_error is None
+    none = with_reference_kinds(pl.DataFrame({"response": ["x"], "reference": [None]}), [None])
+    assert none["reference_own_path"][0] is None and "reference_sampled" not in none.columns
+    assert [overlap_bin(v) for v in (0.0, 0.49, 0.5, 0.99, 1.0, None)] == [
+        "overlap<0.5",
+        "overlap<0.5",
+        "0.5<=overlap<1",
+        "0.5<=overlap<1",
+        "overlap=1",
+        None,
+    ]
 
 
 def test_the_study_pool_is_disjoint_from_the_world_and_leaves_it_alone() -> None:
@@ -1104,18 +1117,24 @@ def test_the_study_pool_is_disjoint_from_the_world_and_leaves_it_alone() -> None
     assert all(again[k].equals(world[k]) for k in world)  # the world does not know the pool
 
 
-def test_localization_sets_without_an_other_path_column() -> None:
+def test_localization_sets_by_reference_kind_and_overlap_bin() -> None:
     truth = pl.DataFrame({"trace_index": [0, 1], "num_segments": [3, 3], "true_segment": [0, 2]})
-    est = _estimates([(0, "rredcot_a", [0.0, 1.0, 2.0]), (0, "rredcot_a_other_path", [1, 0, 2])])
+    est = _estimates([(0, "rredcot_a", [0.0, 1.0, 2.0]), (0, "rredcot_a_own_path", [1, 0, 2])])
     est = est.with_columns(family=pl.lit("rredcot"))
-    traces = pl.DataFrame({"trace_index": [0, 1], "reward": [0.0, 0.0]})
-    sets = localization_sets(traces, truth, truth.head(1), est, reference="rredcot_a")
-    assert list(sets) == ["all_incorrect", "agreement_incorrect"]  # no column: no error
-    assert sets["all_incorrect"][1]["estimator"].to_list() == ["rredcot_a"]
-    with_other = traces.with_columns(reference_other_path=pl.Series([None, "d=c+a"]))
-    sets = localization_sets(with_other, truth, truth.head(1), est, reference="rredcot_a")
-    assert sets["other_path"][0]["trace_index"].to_list() == [1]
-    assert sorted(sets["other_path"][1]["estimator"]) == ["rredcot_a", "rredcot_a_other_path"]
+    sets = localization_sets(truth, truth.head(1), est, reference="rredcot_a")
+    assert list(sets) == ["all_incorrect", "agreement_incorrect"]
+    assert sorted(sets["all_incorrect"][1]["estimator"]) == ["rredcot_a", "rredcot_a_own_path"]
+    assert sets["agreement_incorrect"][1]["estimator"].to_list() == ["rredcot_a"]
+    bins = {"overlap<0.5": [1], "overlap=1": [0, 5], "0.5<=overlap<1": []}
+    sets = localization_sets(truth, truth.head(1), est, reference="rredcot_a", overlap_subsets=bins)
+    assert list(sets)[2:] == ["incorrect overlap<0.5", "incorrect overlap=1"]  # empty bin: none
+    assert sets["incorrect overlap<0.5"][0]["trace_index"].to_list() == [1]
+    assert rredcot_name("a", "joint", "own_path") == "rredcot_a_joint_own_path"
+    assert [reference_kind(n) for n in ("rredcot_a", "rredcot_a_sampled", "mc_n4")] == [
+        "configured",
+        "sampled",
+        None,
+    ]
 
 
 def test_agreement_per_trace_statistic_is_selectable() -> None:
@@ -1133,3 +1152,38 @@ def test_agreement_per_trace_statistic_is_selectable() -> None:
     assert spear.filter(pick)["rho"][0] == pytest.approx(0.8)
     with pytest.raises(ValueError, match="statistic"):
         agreement_table(est, gt, (gt, gt), statistic="pearson", **common)
+
+
+def _rule_table(reference: str, diff: tuple[float, float, float], traces: str = "all"):
+    other = "rredcot_v_joint" if reference == "rredcot_v" else "rredcot_v"
+    rows = [
+        ("credits", "per_trace", reference, 0.5, "reference", None, None, None),
+        ("credits", "per_trace", other, 0.5 + diff[0], "x", *diff),
+        ("credits", "pooled", other, 0.9, "x", 0.4, 0.3, 0.5),  # another aggregation: ignored
+    ]
+    cols = ["target", "aggregation", "estimator", "rho", "verdict"]
+    cols += ["diff_vs_reference", "diff_ci95_low", "diff_ci95_high"]
+    table = pl.DataFrame(rows, schema=cols, orient="row").with_columns(
+        n_traces=pl.lit(256), traces=pl.lit(traces)
+    )
+    return table
+
+
+@pytest.mark.parametrize(
+    ("reference", "diff", "choice"),
+    [
+        ("rredcot_v", (0.05, 0.01, 0.09), "joint"),  # joint − conditional CI above 0
+        ("rredcot_v", (0.05, -0.01, 0.09), "conditional"),  # spans 0: keep conditional
+        ("rredcot_v", (-0.05, -0.09, -0.01), "conditional"),
+        ("rredcot_v_joint", (-0.05, -0.09, -0.01), "joint"),  # conditional − joint below 0
+        ("rredcot_v_joint", (0.05, 0.01, 0.09), "conditional"),
+    ],
+)
+def test_preregistered_answer_now_rule(reference, diff, choice) -> None:
+    rule = preregistered_answer_now(_rule_table(reference, diff), "v")
+    assert rule["choice"] == choice
+    sign = 1 if reference == "rredcot_v" else -1
+    assert rule["diff_joint_minus_conditional"] == pytest.approx(sign * diff[0])
+    assert rule["diff_ci95_low"] <= rule["diff_joint_minus_conditional"] <= rule["diff_ci95_high"]
+    with pytest.raises(ValueError, match="no per-trace credit row"):
+        preregistered_answer_now(_rule_table(reference, diff, traces="overlap=1"), "v")

@@ -94,6 +94,7 @@ wildcard_constraints:
     method=r"[a-z0-9_]+",
     benchmark=r"[a-z0-9_]+",
     split="|".join([*WORLD_TABLES, STUDY_POOL, *KNOWN_BENCHMARKS, *KNOWN_TRAINING_SETS]),
+    prefer="dataset|sampled",
 
 
 def arg(value) -> str:
@@ -377,7 +378,7 @@ def curve_runs(wildcards) -> dict:
 
 def training_problems(wildcards) -> str:
     """Train problems with their verified reference solution (column `reference`)."""
-    return f"results/references/{TRAIN_DATA}.parquet"
+    return f"results/references/{config['references']['source']}/{TRAIN_DATA}.parquet"
 
 
 def training_summaries(wildcards) -> list[str]:
@@ -432,7 +433,7 @@ def all_targets() -> list[str]:
         [f"results/{b}_table.csv" for b in config["benchmarks"]]
         + training
         + [
-            f"results/references/{TRAIN_DATA}.parquet",
+            f"results/references/{config['references']['source']}/{TRAIN_DATA}.parquet",
             *[f"results/{a}.csv" for a in study_artifacts()],
             *[f"results/figures/{a}.png" for a in study_artifacts()],
         ]

@@ -1,5 +1,6 @@
 # Reference solutions: a verified U* for every problem of a problem set (the training problems,
-# and the study split), from the dataset or sampled from the base policy.
+# and the study split), from the dataset or sampled from the base policy; {prefer} says which
+# comes first (training reads references.source; the studies measure both).
 
 
 rule reference_solutions:
@@ -7,13 +8,13 @@ rule reference_solutions:
         model=BASE_MODEL,
         problems=lambda w: problem_table(w.split),
     output:
-        references="results/references/{split}.parquet",
-        missing="results/references/{split}_missing.csv",
-        summary="results/references/{split}_summary.json",
+        references="results/references/{prefer}/{split}.parquet",
+        missing="results/references/{prefer}/{split}_missing.csv",
+        summary="results/references/{prefer}/{split}_summary.json",
     log:
-        "results/logs/reference_solutions/{split}.log",
+        "results/logs/reference_solutions/{prefer}/{split}.log",
     benchmark:
-        "results/benchmarks/reference_solutions/{split}.tsv"
+        "results/benchmarks/reference_solutions/{prefer}/{split}.tsv"
     conda:
         CONDA_ENV
     threads: res("reference_solutions", "cpus_per_task")
@@ -29,6 +30,7 @@ rule reference_solutions:
                 "seed": config["seed"],
                 **generation_backend(),
                 "references": config["references"],
+                "prefer": w.prefer,
             }
         ),
     shell:

@@ -32,6 +32,7 @@ STUDY_KEYS = {
         "max_new_tokens",
         "sweep",
         "batch_size",
+        "paths",
     ],
     "study_ground_truth": ["ground_truth", "batch_size"],
     "study_mc": ["mc_n", "batch_size"],
@@ -69,7 +70,9 @@ rule study_pool:
 rule study_traces:
     input:
         model=BASE_MODEL,
-        problems=f"results/references/{STUDY_SET}.parquet",  # any problem set
+        # any problem set, with the configured reference kind and the sampled-first one
+        problems=f"results/references/{config['references']['source']}/{STUDY_SET}.parquet",
+        sampled=f"results/references/sampled/{STUDY_SET}.parquet",
     output:
         traces=STUDY_TRACES,
         segmentations=STUDY_SEGMENTATIONS,
@@ -100,8 +103,8 @@ rule study_traces:
         ),
     shell:
         "python -m rredcot.steps.study_traces --policy {params.policy} "
-        "--problems {input.problems} --params {params.settings} --threads {threads} "
-        "--out {output.traces} --segmentations {output.segmentations} "
+        "--problems {input.problems} --sampled {input.sampled} --params {params.settings} "
+        "--threads {threads} --out {output.traces} --segmentations {output.segmentations} "
         "--study-set {output.study_set} > {log} 2>&1"
 
 
@@ -231,6 +234,8 @@ rule study_agreement:
             caption="../report/estimator_agreement.rst",
             category="Estimator studies",
         ),
+        # the pre-registered answer-now rule applied to this table (config.yaml, README)
+        answer_now="results/answer_now_rule.json",
     log:
         "results/logs/studies/study_agreement.log",
     benchmark:
@@ -248,7 +253,7 @@ rule study_agreement:
         "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
         "--estimates {input.estimates} --params {params.settings} "
         "--out {output.table} --figure {output.figure} --cost-match {output.cost_match} "
-        "> {log} 2>&1"
+        "--answer-now {output.answer_now} > {log} 2>&1"
 
 
 rule study_correlation:

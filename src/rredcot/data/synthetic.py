@@ -31,6 +31,7 @@ The module also holds the world's per-step checker (`check_response`), re-export
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -54,6 +55,8 @@ COMMUTATIVE: frozenset[str] = frozenset(
     {"+", "*"}
 )  # x op y = y op x (mod m): either order is valid
 CHAINS: tuple[str, ...] = ("any", "bijective")
+SHAPES: tuple[str, ...] = ("chain", "tree")
+MERGE_OPS: frozenset[str] = frozenset({"+", "-"})  # bijective in each operand (unlike *)
 _SPLIT_NAME = re.compile(r"^[a-z0-9_]+$")
 _MAX_REDRAWS = 100_000  # per row; drawing the last of 10^4 problems takes ~10^4 tries
 
@@ -84,6 +87,11 @@ class WorldConfig:
     """The other operand of a later step: `any` earlier variable, or a given value
     (`bijective`: givens are units mod modulus, so each step is a bijection of the previous
     result and a single wrong step always reaches the answer)."""
+    shape: str = "chain"
+    """`chain`: each step uses the previous result and the text lists the steps in solution
+    order (one path per problem, up to operand order). `tree`: the steps form an expression
+    tree with independent branches, listed in a shuffled order; any order that computes a step
+    after its operands is a solution (`draw_tree_program`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.modulus, int) or isinstance(self.modulus, bool):
@@ -100,16 +108,30 @@ class WorldConfig:
             raise ValueError(f"ops must be a non-empty subset of {OPS} without repeats, got {ops}")
         if self.chain not in CHAINS:
             raise ValueError(f"chain must be one of {list(CHAINS)}, got {self.chain!r}")
-        if self.chain == "bijective" and len(self.given_values) < min(2, self.n_given):
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {list(SHAPES)}, got {self.shape!r}")
+        if self.shape == "tree" and not MERGE_OPS & set(ops):
             raise ValueError(
-                f"chain 'bijective' draws given values from the units mod {self.modulus}, "
+                f"shape 'tree' joins two branches with + or -, the ops bijective in each "
+                f"operand; ops {list(ops)} has neither"
+            )
+        if self.shape == "tree" and self.n_given < 2:
+            raise ValueError("shape 'tree' needs n_given >= 2 (a branch starts from two givens)")
+        if self.bijective and len(self.given_values) < min(2, self.n_given):
+            raise ValueError(
+                f"a bijective world draws given values from the units mod {self.modulus}, "
                 f"{list(self.given_values)}: too few for {self.n_given} given values"
             )
 
     @property
+    def bijective(self) -> bool:
+        """Every step a bijection of each computed operand (`chain: bijective`, or a tree)."""
+        return self.chain == "bijective" or self.shape == "tree"
+
+    @property
     def given_values(self) -> tuple[int, ...]:
         """Values a given variable may take: every residue, or (bijective) the units only."""
-        if self.chain == "bijective":
+        if self.bijective:
             return tuple(v for v in range(self.modulus) if math.gcd(v, self.modulus) == 1)
         return tuple(range(self.modulus))
 
@@ -155,12 +177,32 @@ class Step:
 
 
 @dataclass(frozen=True)
+class SolutionPath:
+    """One valid way to write a program's solution: the order of its step lines and the steps
+    written with their operands swapped (commutative ops only)."""
+
+    order: tuple[str, ...]
+    commuted: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class Program:
-    """Everything the step checker needs: modulus, given values, steps; the last step is asked."""
+    """Everything the step checker needs: modulus, given values, steps; the last step is asked.
+
+    `steps` is in a valid solution order (each step after its operands). `listing` is the order
+    the problem text lists the steps in (None: the order of `steps`)."""
 
     modulus: int
     given: tuple[tuple[str, int], ...]
     steps: tuple[Step, ...]
+    listing: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.listing is not None and sorted(self.listing) != sorted(s.name for s in self.steps):
+            raise ValueError(
+                f"program listing {list(self.listing)} must name every step exactly once: "
+                f"{[s.name for s in self.steps]}"
+            )
 
     @property
     def depth(self) -> int:
@@ -181,50 +223,129 @@ class Program:
     def answer(self) -> str:
         return str(self.values()[self.target])
 
-    def step_lines(self, commuted: Collection[str] = ()) -> list[str]:
-        """The reference line of every step: `c=a+b=3+8=1`; the steps named in `commuted`
-        (commutative ops only) with their operands swapped, `c=b+a=8+3=1`: another valid path."""
-        vals = dict(self.given)
-        lines = []
+    def step(self, name: str) -> Step:
         for s in self.steps:
-            left, right = s.left, s.right
-            if s.name in commuted:
-                if s.op not in COMMUTATIVE:
-                    raise ValueError(
-                        f"commuted: step {s.name}={left}{s.op}{right} is not commutative"
-                    )
-                left, right = right, left
-            x, y = vals[left], vals[right]
-            vals[s.name] = apply_op(s.op, x, y, self.modulus)
-            lines.append(f"{s.name}={left}{s.op}{right}={x}{s.op}{y}={vals[s.name]}")
-        return lines
+            if s.name == name:
+                return s
+        raise ValueError(f"program has no step named {name!r}")
+
+    def operands(self) -> dict[str, tuple[str, ...]]:
+        """The computed operands of every step (givens left out): the order constraints."""
+        computed = {s.name for s in self.steps}
+        return {
+            s.name: tuple(dict.fromkeys(x for x in (s.left, s.right) if x in computed))
+            for s in self.steps
+        }
+
+    def _completions(self) -> Any:
+        """count(done): how many valid orders complete the set `done` of computed steps."""
+        needs = self.operands()
+        names = tuple(s.name for s in self.steps)
+
+        @functools.cache
+        def count(done: frozenset[str]) -> int:
+            ready = [n for n in names if n not in done and all(x in done for x in needs[n])]
+            return 1 if not ready else sum(count(done | {n}) for n in ready)
+
+        return count, needs, names
+
+    def order_count(self) -> int:
+        """Number of valid line orders (linear extensions of the step dependencies)."""
+        return self._completions()[0](frozenset())
 
     def commutable_steps(self) -> tuple[str, ...]:
-        """Names of the steps whose op is commutative (each may be written either way round)."""
-        return tuple(s.name for s in self.steps if s.op in COMMUTATIVE)
+        """Names of the steps whose op is commutative with two different operands (each may be
+        written either way round, a different line)."""
+        return tuple(s.name for s in self.steps if s.op in COMMUTATIVE and s.left != s.right)
+
+    def path_count(self) -> int:
+        """Number of distinct valid solution texts: orders × 2^(commutable steps)."""
+        return self.order_count() * 2 ** len(self.commutable_steps())
+
+    def random_path(self, rng: random.Random) -> SolutionPath:
+        """A solution path drawn uniformly from all `path_count()`: each next line with
+        probability proportional to the valid orders it leaves, each commutable step swapped
+        with probability 1/2."""
+        count, needs, names = self._completions()
+        done: frozenset[str] = frozenset()
+        order: list[str] = []
+        while len(order) < len(names):
+            ready = [n for n in names if n not in done and all(x in done for x in needs[n])]
+            weights = [count(done | {n}) for n in ready]
+            pick = rng.choices(ready, weights=weights)[0]
+            order.append(pick)
+            done = done | {pick}
+        commuted = frozenset(n for n in self.commutable_steps() if rng.random() < 0.5)
+        return SolutionPath(tuple(order), commuted)
+
+    def check_path(self, path: SolutionPath) -> None:
+        """Raise unless `path` is a valid path of this program (naming the first bad step)."""
+        needs = self.operands()
+        if sorted(path.order) != sorted(needs):
+            raise ValueError(f"path order {list(path.order)} must list every step once")
+        done: set[str] = set()
+        for name in path.order:
+            missing = [x for x in needs[name] if x not in done]
+            if missing:
+                raise ValueError(f"path: step {name} comes before its operand(s) {missing}")
+            done.add(name)
+        bad = sorted(set(path.commuted) - set(self.commutable_steps()))
+        if bad:
+            raise ValueError(f"commuted: step(s) {bad} are not commutative")
+
+    def canonical_path(self) -> SolutionPath:
+        """The order of `steps`, no operand swapped."""
+        return SolutionPath(tuple(s.name for s in self.steps))
+
+    def step_lines(
+        self, commuted: Collection[str] = (), order: Sequence[str] | None = None
+    ) -> list[str]:
+        """The reference line of every step, `c=a+b=3+8=1`, in `order` (default: the order of
+        `steps`); the steps named in `commuted` (commutative ops only) with their operands
+        swapped, `c=b+a=8+3=1`: another valid path."""
+        path = SolutionPath(
+            tuple(order) if order is not None else self.canonical_path().order,
+            frozenset(commuted),
+        )
+        self.check_path(path)
+        vals = self.values()
+        lines = []
+        for name in path.order:
+            s = self.step(name)
+            left, right = (s.right, s.left) if name in path.commuted else (s.left, s.right)
+            lines.append(f"{name}={left}{s.op}{right}={vals[left]}{s.op}{vals[right]}={vals[name]}")
+        return lines
 
     def answer_line(self) -> str:
         return f"{ANSWER_PREFIX}{self.answer}{ANSWER_CLOSE}"
 
     def problem_text(self) -> str:
         given = ", ".join(f"{n}={v}" for n, v in self.given)
-        steps = " ".join(f"{s.name}={s.left}{s.op}{s.right}." for s in self.steps)
+        listed = self.listing if self.listing is not None else [s.name for s in self.steps]
+        steps = " ".join(f"{s.name}={s.left}{s.op}{s.right}." for s in map(self.step, listed))
         return f"{given}. {steps} Find {self.target}."
 
-    def solution_text(self, commuted: Collection[str] = ()) -> str:
+    def solution_text(
+        self, commuted: Collection[str] = (), order: Sequence[str] | None = None
+    ) -> str:
         """The reference completion: one step per line, then the answer line (no newline after);
-        `commuted` as in `step_lines` (a different valid path, `check_response` accepts it)."""
-        return "\n".join([*self.step_lines(commuted), self.answer_line()])
+        `commuted` and `order` as in `step_lines` (any valid path; `check_response` accepts
+        each)."""
+        return "\n".join([*self.step_lines(commuted, order), self.answer_line()])
+
+    def path_text(self, path: SolutionPath) -> str:
+        """`solution_text` on `path`."""
+        return self.solution_text(path.commuted, path.order)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "modulus": self.modulus,
-                "given": [[n, v] for n, v in self.given],
-                "steps": [[s.name, s.left, s.op, s.right] for s in self.steps],
-            },
-            separators=(",", ":"),
-        )
+        d: dict[str, Any] = {
+            "modulus": self.modulus,
+            "given": [[n, v] for n, v in self.given],
+            "steps": [[s.name, s.left, s.op, s.right] for s in self.steps],
+        }
+        if self.listing is not None:
+            d["listing"] = list(self.listing)
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, program: str | Mapping[str, Any] | Program) -> Program:
@@ -236,10 +357,12 @@ class Program:
             modulus = int(d["modulus"])
             given = tuple((str(n), int(v)) for n, v in d["given"])
             steps = tuple(Step(*(str(x) for x in s)) for s in d["steps"])
+            listing = None if d.get("listing") is None else tuple(str(n) for n in d["listing"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(
                 "program must be {'modulus': int, 'given': [[name, int], …], "
-                f"'steps': [[name, left, op, right], …]}}; got {d!r} ({e})"
+                "'steps': [[name, left, op, right], …], optional 'listing': [name, …]}; "
+                f"got {d!r} ({e})"
             ) from e
         if modulus < 2 or not steps:
             raise ValueError(f"program needs modulus ≥ 2 and ≥ 1 step, got {d!r}")
@@ -248,7 +371,7 @@ class Program:
             if s.op not in OPS or s.left not in known or s.right not in known or s.name in known:
                 raise ValueError(f"program step {s} uses an unknown op or variable: {d!r}")
             known.add(s.name)
-        return cls(modulus, given, steps)
+        return cls(modulus, given, steps, listing)
 
 
 def problem_space_size(depth: int, config: WorldConfig) -> int:
@@ -259,14 +382,84 @@ def problem_space_size(depth: int, config: WorldConfig) -> int:
     other operands: every earlier variable but the previous, g + s − 2, or a given value, g).
     """
     check_depths([depth], config)
+    if config.shape == "tree":
+        return tree_space_lower_bound(depth, config)
     g, k = config.n_given, len(config.ops)
     size = len(config.given_values) ** g * k * max(g * (g - 1), 1)
     bijective = config.chain == "bijective"
     return size * math.prod(k * 2 * (g if bijective else g + s - 2) for s in range(2, depth + 1))
 
 
+def tree_space_lower_bound(depth: int, config: WorldConfig) -> int:
+    """A lower bound on the distinct tree problems of `depth`: the one-branch ones alone (a
+    chain: v^g givens × |ops|·g(g−1) first steps × (|ops|·2·g)^(depth−1) later steps), each
+    listed in any of depth! orders."""
+    g, k = config.n_given, len(config.ops)
+    chains = len(config.given_values) ** g * k * g * (g - 1) * (k * 2 * g) ** (depth - 1)
+    return chains * math.factorial(depth)
+
+
+def draw_tree_program(rng: random.Random, depth: int, config: WorldConfig) -> Program:
+    """One random expression tree of `depth` computed steps, its steps listed shuffled.
+
+    b branches (b = 1 for depth ≤ 2, else uniform in 2 … ⌊(depth+1)/2⌋) each start with a
+    step on two distinct givens (any op); b − 1 joins combine two computed values with + or −;
+    the other depth − 2b + 1 steps combine one computed value with a given (any op, either
+    side). Joins and extensions come in a uniformly shuffled sequence, each on uniformly drawn
+    pending values. Every computed value is used exactly once and every step is a bijection of
+    its computed operands (the givens are units), so one wrong step always changes the answer.
+    The steps are named in a uniformly drawn valid order; the text lists them shuffled.
+    """
+    g, ops, values = config.n_given, config.ops, config.given_values
+    joins = [op for op in ops if op in MERGE_OPS]
+    givens = VARIABLES[:g]
+    given = tuple((n, values[rng.randrange(len(values))]) for n in givens)
+    branches = 1 if depth <= 2 else rng.randint(2, (depth + 1) // 2)
+    # Nodes by creation index: (op, left, right), an operand an int (node) or a given name.
+    nodes: list[tuple[str, int | str, int | str]] = []
+    pending: list[int] = []
+    for _ in range(branches):
+        x, y = rng.sample(givens, 2)
+        nodes.append((ops[rng.randrange(len(ops))], x, y))
+        pending.append(len(nodes) - 1)
+    moves = ["join"] * (branches - 1) + ["extend"] * (depth - 2 * branches + 1)
+    rng.shuffle(moves)
+    for move in moves:
+        if move == "join":
+            a, b = rng.sample(pending, 2)
+            pending = [p for p in pending if p not in (a, b)]
+            nodes.append((joins[rng.randrange(len(joins))], a, b))
+        else:
+            a = pending.pop(rng.randrange(len(pending)))
+            other = givens[rng.randrange(g)]
+            left, right = (a, other) if rng.random() < 0.5 else (other, a)
+            nodes.append((ops[rng.randrange(len(ops))], left, right))
+        pending.append(len(nodes) - 1)
+
+    # Name the nodes in a uniformly drawn valid order (the root, created last, stays last).
+    def label(v: int | str) -> str:
+        return f"#{v}" if isinstance(v, int) else v
+
+    draft = Program(
+        config.modulus,
+        given,
+        tuple(Step(f"#{i}", label(x), op, label(y)) for i, (op, x, y) in enumerate(nodes)),
+    )
+    order = draft.random_path(rng).order
+    rename = {old: VARIABLES[g + j] for j, old in enumerate(order)} | {n: n for n in givens}
+    steps = tuple(
+        Step(rename[old], rename[st.left], st.op, rename[st.right])
+        for old, st in ((old, draft.step(old)) for old in order)
+    )
+    listing = [st.name for st in steps]
+    rng.shuffle(listing)
+    return Program(config.modulus, given, steps, tuple(listing))
+
+
 def draw_program(rng: random.Random, depth: int, config: WorldConfig) -> Program:
-    """One random problem of `depth` computed steps."""
+    """One random problem of `depth` computed steps (of the world's shape)."""
+    if config.shape == "tree":
+        return draw_tree_program(rng, depth, config)
     g, ops, values = config.n_given, config.ops, config.given_values
     names = VARIABLES[: g + depth]
     given = tuple((names[j], values[rng.randrange(len(values))]) for j in range(g))
@@ -285,27 +478,64 @@ def draw_program(rng: random.Random, depth: int, config: WorldConfig) -> Program
     return Program(config.modulus, given, tuple(steps))
 
 
-def slipped_solution(program: Program, rng: random.Random, slip_rate: float) -> str:
+def slipped_solution(
+    program: Program, rng: random.Random, slip_rate: float, path: SolutionPath | None = None
+) -> str:
     """A demonstration of `program` in which each step's result is wrong with prob. slip_rate.
 
-    A slipped result is drawn uniformly from the other modulus − 1 residues; later lines
-    substitute the values as written, so the error propagates to the answer line, which states
-    the last written value. With slip_rate 0 this is `program.solution_text()`.
+    Written on `path`; by default on a path drawn uniformly (`Program.random_path`, first from
+    `rng`) when the problem text does not fix the order (`program.listing` set: a tree world),
+    else on the order of the steps. A slipped result is drawn uniformly from the other
+    modulus − 1 residues; later lines substitute the values as written, so the error propagates
+    to the answer line, which states the last written value. With slip_rate 0 this is
+    `program.path_text(path)`.
     """
     if not 0 <= slip_rate < 1:
         raise ValueError(f"slip_rate must be in [0, 1), got {slip_rate!r}")
+    if path is None:
+        path = program.random_path(rng) if program.listing is not None else None
+    path = path if path is not None else program.canonical_path()
+    program.check_path(path)
     m = program.modulus
     written = dict(program.given)
     lines = []
-    for s in program.steps:
-        x, y = written[s.left], written[s.right]
+    for name in path.order:
+        s = program.step(name)
+        left, right = (s.right, s.left) if name in path.commuted else (s.left, s.right)
+        x, y = written[left], written[right]
         value = apply_op(s.op, x, y, m)
         if slip_rate and rng.random() < slip_rate:
             value = (value + 1 + rng.randrange(m - 1)) % m
-        written[s.name] = value
-        lines.append(f"{s.name}={s.left}{s.op}{s.right}={x}{s.op}{y}={value}")
+        written[name] = value
+        lines.append(f"{name}={left}{s.op}{right}={x}{s.op}{y}={value}")
     lines.append(f"{ANSWER_PREFIX}{written[program.target]}{ANSWER_CLOSE}")
     return "\n".join(lines)
+
+
+def choice_points(program: Program, path: SolutionPath) -> dict[int, str]:
+    """Where the solution text on `path` could validly differ, character by character, given
+    everything before: {offset in `program.path_text(path)`: every valid character there}.
+
+    At the start of a step line, any step whose operands are computed and that is not yet;
+    at its first operand, either operand of a commutable step. Every other character is fixed
+    by the ones before it (one token per character), so a model that puts its argmax on a valid
+    character at every offset writes a valid solution greedily, on some path.
+    """
+    program.check_path(path)
+    needs = program.operands()
+    done: set[str] = set()
+    out: dict[int, str] = {}
+    offset = 0
+    for name, line in zip(path.order, program.step_lines(path.commuted, path.order), strict=True):
+        ready = sorted(n for n in needs if n not in done and all(x in done for x in needs[n]))
+        if len(ready) > 1:
+            out[offset] = "".join(ready)
+        if name in program.commutable_steps():
+            st = program.step(name)
+            out[offset + len(name) + 1] = "".join(sorted({st.left, st.right}))
+        done.add(name)
+        offset += len(line) + 1
+    return out
 
 
 def generate_split(
@@ -320,8 +550,9 @@ def generate_split(
 
     Problems are redrawn until new (rejection sampling); asking for more than
     `problem_space_size` of a depth, or an `exclude` that leaves too few, raises.
-    Deterministic in (n, depths, seed, config, exclude); `split` only names the ids
-    (`synth-{split}-{i:05d}`). Columns: the normalized ones, `depth` (Int64), `program` (JSON).
+    Deterministic in (n, depths, seed, config, exclude); `split` names the ids
+    (`synth-{split}-{i:05d}`) and, in a tree world, seeds the paths the solutions are written
+    on. Columns: the normalized ones, `depth` (Int64), `program` (JSON).
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an int ≥ 1, got {n!r}")
@@ -338,6 +569,9 @@ def generate_split(
                 "exist; lower n or raise depth, n_given or modulus"
             )
     rng = random.Random(seed)
+    # A tree world's dataset solution is written on a uniformly drawn valid path, as a dataset
+    # author would pick one: its own stream, so the problems do not depend on it.
+    authors = random.Random(derive_seed(seed, f"{split}:solution_paths"))
     seen: set[str] = set()
     rows: dict[str, list[Any]] = {c: [] for c in (*COLUMNS, "depth", "program")}
     for i in range(n):
@@ -357,7 +591,8 @@ def generate_split(
         rows["id"].append(f"synth-{split}-{i:05d}")
         rows["problem"].append(problem)
         rows["answer"].append(prog.answer)
-        rows["solution"].append(prog.solution_text())
+        path = prog.random_path(authors) if prog.listing is not None else prog.canonical_path()
+        rows["solution"].append(prog.path_text(path))
         rows["source"].append(SOURCE)
         rows["depth"].append(depth)
         rows["program"].append(prog.to_json())
@@ -372,6 +607,7 @@ def world_config(params: Mapping[str, Any]) -> WorldConfig:
         n_given=params.get("n_given", 3),
         ops=tuple(params.get("ops", OPS)),
         chain=params.get("chain", "any"),
+        shape=params.get("shape", "chain"),
     )
 
 
@@ -386,38 +622,60 @@ def make_study_pool(
     )
 
 
-def commuted_steps(program: str | Mapping[str, Any] | Program, response: str) -> tuple[str, ...]:
-    """Names of the program's steps that `response` writes with commuted operands (`c=b+a=…` for
-    `c=a+b`): the trace's own solution path, as `Program.solution_text(commuted=…)` names it."""
-    prog = Program.from_json(program)
-    defs = {s.name: s for s in prog.steps}
+def step_forms(text: str) -> list[tuple[str, str, str, str]]:
+    """(name, left, op, right) of every well-formed step line of `text`, in order (values
+    ignored: a line's form is its place on a path, right or wrong)."""
     out = []
-    for line in response.split("\n"):
+    for line in text.split("\n"):
         g = _STEP.fullmatch(line.rstrip(_TRAILING))
-        if g is None:
-            continue
-        name, left, op, right = g.group(1, 2, 3, 4)
-        step = defs.get(name)
-        if (
-            step is not None
-            and step.op in COMMUTATIVE
-            and step.left != step.right
-            and (left, op, right) == (step.right, step.op, step.left)
-            and name not in out
-        ):
-            out.append(name)
-    return tuple(out)
+        if g is not None:
+            out.append(g.group(1, 2, 3, 4))
+    return out
 
 
-def other_path_solution(program: str | Mapping[str, Any] | Program, response: str) -> str | None:
-    """A valid solution on a different path than the response's: every commutable step written
-    the other way round from how the response writes it (None when no step commutes)."""
+def path_overlap(reference: str, response: str) -> float:
+    """How far `response` follows the reference's solution path: the longest common
+    subsequence of their step-line forms (name and operands in order, values ignored) over the
+    reference's step count. 1.0: every reference line, written the same way round, in the same
+    relative order; a trace on another order or operand order scores less. NaN when the
+    reference has no step line."""
+    ref, resp = step_forms(reference), step_forms(response)
+    if not ref:
+        return math.nan
+    row = [0] * (len(resp) + 1)
+    for x in ref:
+        prev_diag = 0
+        for j, y in enumerate(resp, start=1):
+            prev_diag, row[j] = row[j], prev_diag + 1 if x == y else max(row[j], row[j - 1])
+    return row[-1] / len(ref)
+
+
+def own_path(program: str | Mapping[str, Any] | Program, response: str) -> SolutionPath:
+    """The solution path a response takes: its well-formed lines that compute a step of the
+    program after that step's operands (first occurrence; in the response's order and operand
+    order), then every step it left out in the program's order. Always a valid path."""
     prog = Program.from_json(program)
-    commutable = prog.commutable_steps()
-    if not commutable:
-        return None
-    own = set(commuted_steps(prog, response))
-    return prog.solution_text(commuted=[n for n in commutable if n not in own])
+    needs, commutable = prog.operands(), set(prog.commutable_steps())
+    order: list[str] = []
+    commuted: set[str] = set()
+    for name, left, op, right in step_forms(response):
+        if name not in needs or name in order or any(x not in order for x in needs[name]):
+            continue
+        st = prog.step(name)
+        if (left, op, right) == (st.left, st.op, st.right):
+            order.append(name)
+        elif name in commutable and (left, op, right) == (st.right, st.op, st.left):
+            order.append(name)
+            commuted.add(name)
+    order += [st.name for st in prog.steps if st.name not in order]
+    return SolutionPath(tuple(order), frozenset(commuted))
+
+
+def own_path_solution(program: str | Mapping[str, Any] | Program, response: str) -> str:
+    """The answer key written on the response's own path (`own_path`): an oracle reference,
+    which real data never has; for analysis rows only."""
+    prog = Program.from_json(program)
+    return prog.path_text(own_path(prog, response))
 
 
 def derive_seed(seed: int, split: str) -> int:

@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import torch
@@ -21,7 +22,7 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-from rredcot.data.synthetic import Program, slipped_solution
+from rredcot.data.synthetic import Program, choice_points, slipped_solution
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.tasks.base import Task
 
@@ -83,23 +84,54 @@ def demonstrations(
     tokenizer: PreTrainedTokenizerBase,
     slip_rate: float = 0.0,
     seed: int = 0,
-) -> list[dict[str, str]]:
+) -> list[dict[str, Any]]:
     """(prompt, completion) pairs of world rows; each completion step slips with `slip_rate`.
 
-    With slip_rate 0 the completion is the row's reference solution; otherwise
-    `slipped_solution` redraws it from the row's program (seeded, one stream for all rows).
+    With slip_rate 0 in a chain world the completion is the row's reference solution;
+    otherwise `slipped_solution` redraws it from the row's program (seeded, one stream for all
+    rows), in a tree world on a uniformly drawn solution path, so that every valid path is in
+    the demonstrations. A clean tree-world example also carries `alternatives`
+    (`choice_points`: the offsets where another character is as valid), which `reference_fit`
+    needs to call a greedy output right on any path.
     """
     rng = random.Random(seed)
-    out = []
+    out: list[dict[str, Any]] = []
     for row in rows.iter_rows(named=True):
-        completion = (
-            slipped_solution(Program.from_json(row["program"]), rng, slip_rate)
-            if slip_rate
-            else task.reference_completion(row)
+        program = Program.from_json(row["program"])
+        example: dict[str, Any] = {"prompt": task.build_prompt(row["problem"], tokenizer)}
+        if program.listing is not None:
+            path = program.random_path(rng)
+            example["completion"] = slipped_solution(program, rng, slip_rate, path)
+            if not slip_rate:
+                example["alternatives"] = choice_points(program, path)
+        elif slip_rate:
+            example["completion"] = slipped_solution(program, rng, slip_rate)
+        else:
+            example["completion"] = task.reference_completion(row)
+        out.append(example)
+    return out
+
+
+def _allowed_ids(
+    tokenizer: PreTrainedTokenizerBase, example: Mapping[str, Any], n_tokens: int
+) -> dict[int, set[int]]:
+    """{completion token index: token ids as valid as the reference's} of an example with
+    `alternatives` (character offsets; the tokenizer must give one token per character)."""
+    alternatives = example.get("alternatives") or {}
+    if not alternatives:
+        return {}
+    if n_tokens != len(example["completion"]):
+        raise ValueError(
+            "reference_fit: `alternatives` are character offsets and need one token per "
+            f"character; the completion has {len(example['completion'])} characters and "
+            f"{n_tokens} tokens"
         )
-        out.append(
-            {"prompt": task.build_prompt(row["problem"], tokenizer), "completion": completion}
-        )
+    out = {}
+    for offset, chars in alternatives.items():
+        ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in chars]
+        if any(len(i) != 1 for i in ids):
+            raise ValueError(f"reference_fit: alternative characters {chars!r} are not one token")
+        out[int(offset)] = {i[0] for i in ids}
     return out
 
 
@@ -112,7 +144,8 @@ def reference_fit(
 ) -> dict[str, float]:
     """How well `model` reproduces held-out (prompt, completion + EOS) pairs, teacher-forced.
 
-    `heldout/greedy`: share of examples whose every completion token is the argmax;
+    `heldout/greedy`: share of examples whose every completion token is the argmax (or, where
+    the example lists `alternatives`, whose argmax is one of the valid tokens there: any path);
     `heldout/p_reference`: mean π(completion ⊕ EOS | prompt), the chance a temperature-1 sample
     is exactly the reference; `heldout/nll_per_token`: mean completion NLL per token.
     One forward pass per batch; nothing is generated.
@@ -126,6 +159,10 @@ def reference_fit(
         prompts = [tokenizer(ex["prompt"])["input_ids"] for ex in chunk]
         completions = [
             tokenizer(ex["completion"])["input_ids"] + [tokenizer.eos_token_id] for ex in chunk
+        ]
+        allowed = [
+            _allowed_ids(tokenizer, ex, len(c) - 1)
+            for ex, c in zip(chunk, completions, strict=True)
         ]
         width = max(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
         ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -141,7 +178,11 @@ def reference_fit(
         scored = targets != -100
         logp = torch.log_softmax(logits, dim=-1)
         token_logp = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1) * scored
-        hit = (logits.argmax(-1) == targets) | ~scored
+        argmax = logits.argmax(-1)
+        hit = (argmax == targets) | ~scored
+        for i, (p, options) in enumerate(zip(prompts, allowed, strict=True)):
+            for j, ids_ok in options.items():  # completion token j is predicted at len(p)+j-1
+                hit[i, len(p) + j - 1] = int(argmax[i, len(p) + j - 1]) in ids_ok
         greedy += int(hit.all(dim=1).sum())
         p_ref += float(token_logp.sum(dim=1).exp().sum())
         nll -= float(token_logp.sum())

@@ -59,7 +59,9 @@ def main() -> None:
     args = p.parse_args()
     setup(args.threads)
     prm = args.params
-    task_name, seed, _, refs = require(prm, "task", "seed", "backend", "references")
+    task_name, seed, _, refs, prefer = require(
+        prm, "task", "seed", "backend", "references", "prefer"
+    )
     seed_everything(seed)
     task = get_task(task_name)
     problems = read_parquet(args.problems)
@@ -75,6 +77,7 @@ def main() -> None:
             temperature=refs["temperature"],
             top_p=refs["top_p"],
             seed=seed,
+            prefer=prefer,
         )
     write_parquet(table, args.out)
     missing = pl.DataFrame(

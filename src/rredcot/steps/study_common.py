@@ -48,6 +48,49 @@ def agreement_rows(traces: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("trace_index").is_in(chosen.implode()))
 
 
+def configured_reference_rows(estimates: pl.DataFrame) -> pl.DataFrame:
+    """The estimates whose reference (if any) is the configured kind: every family but the
+    RREDCoT rows on the oracle or sampled reference."""
+    from rredcot.studies.estimators import reference_kind
+
+    kinds = estimates["estimator"].map_elements(reference_kind, return_dtype=pl.String)
+    return estimates.filter(kinds.is_null() | (kinds == "configured"))
+
+
+def figure_rows(table: pl.DataFrame, reference: str) -> pl.DataFrame:
+    """The rows a figure shows: every estimator on the configured reference, and the default
+    (`reference`) on each other reference kind (the tables hold every variant on every kind)."""
+    from rredcot.studies.estimators import REFERENCE_COLUMNS
+
+    others = [f"{reference}_{kind}" for kind in REFERENCE_COLUMNS if kind != "configured"]
+    configured = configured_reference_rows(table)["estimator"].unique()
+    return table.filter(pl.col("estimator").is_in(configured) | pl.col("estimator").is_in(others))
+
+
+def with_reference_kind(table: pl.DataFrame) -> pl.DataFrame:
+    """`table` with a `reference_kind` column read from its `estimator` names (null for the
+    estimators that use no reference)."""
+    from rredcot.studies.estimators import reference_kind
+
+    return table.with_columns(
+        reference_kind=pl.col("estimator").map_elements(reference_kind, return_dtype=pl.String)
+    )
+
+
+def overlap_subsets(traces: pl.DataFrame) -> dict[str, list[int]]:
+    """Trace indices per overlap bin of the configured reference (`studies.traces.OVERLAP_BINS`;
+    empty without an `overlap` column)."""
+    from rredcot.studies.traces import OVERLAP_BINS, overlap_bin
+
+    if "overlap" not in traces.columns:
+        return {}
+    bins = [overlap_bin(v) for v in traces["overlap"].to_list()]
+    return {
+        label: [t for t, b in zip(traces["trace_index"], bins, strict=True) if b == label]
+        for label, _, _ in OVERLAP_BINS
+    }
+
+
 def main_segmentation(segmentations: pl.DataFrame) -> pl.DataFrame:
     """The rows of the configured segmentation (label `main`)."""
     from rredcot.studies.segmentations import MAIN

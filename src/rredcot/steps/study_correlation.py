@@ -4,14 +4,13 @@ set of the agreement traces; CSV matrix and heatmap."""
 
 from __future__ import annotations
 
-import polars as pl
-
 from rredcot.reporting.figures import correlation_heatmap
 from rredcot.steps.cli import log, setup
 from rredcot.steps.study_common import (
     Timer,
     agreement_rows,
     analysis_parser,
+    configured_reference_rows,
     load_estimates_with_ground_truth,
     write_table,
 )
@@ -23,9 +22,7 @@ def main() -> None:
     setup()
     with Timer("attribution_correlation"):
         traces, _, estimates = load_estimates_with_ground_truth(args)
-        estimates = agreement_rows(traces, estimates).filter(
-            ~pl.col("estimator").str.ends_with("_other_path")
-        )
+        estimates = configured_reference_rows(agreement_rows(traces, estimates))
         matrix = correlation_matrix(estimates)
         write_table(matrix, args.out)
         correlation_heatmap(matrix, args.figure)

@@ -6,8 +6,10 @@ with a paired comparison against RREDCoT's default and a random-segment row:
   attributions and the null row;
 - `agreement_incorrect`: the incorrect traces of the agreement set, the only ones the MC
   ground truth and MC-N cover; RREDCoT's default, MC, the ground truth and the null row;
-- `other_path`: incorrect traces whose problem has another valid solution path; RREDCoT (every
-  value variant × answer-now) with the reference on the trace's own path and on the other path.
+- `incorrect <overlap bin>`: the incorrect traces by how far they follow the configured
+  reference's path (`studies.traces.OVERLAP_BINS`); RREDCoT on every reference kind (the
+  configured one, the oracle key on the trace's own path, the sampled-first one).
+RREDCoT rows carry their `reference_kind`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from rredcot.steps.study_common import (
     Timer,
     agreement_rows,
     analysis_parser,
+    figure_rows,
     load_estimates_with_ground_truth,
+    overlap_subsets,
+    with_reference_kind,
     write_table,
 )
 from rredcot.studies.agreement import null_estimates
@@ -43,7 +48,11 @@ def main() -> None:
         if truth.height == 0:
             log.warning("no incorrect trace with a known first error: the table has no rows")
         sets = localization_sets(
-            traces, truth, agreement_rows(traces, truth), estimates, reference=reference
+            truth,
+            agreement_rows(traces, truth),
+            estimates,
+            reference=reference,
+            overlap_subsets=overlap_subsets(traces),
         )
         tables = []
         for i, (label, (rows, chosen_estimates)) in enumerate(sets.items()):
@@ -61,8 +70,12 @@ def main() -> None:
                 )
             )
         table = pl.concat(tables, how="vertical_relaxed") if tables else pl.DataFrame()
+        if table.height:
+            table = with_reference_kind(table)
         write_table(table, args.out)
-        error_localization_figure(table, args.figure)
+        error_localization_figure(
+            figure_rows(table, reference) if table.height else table, args.figure
+        )
     counts = dict(truth.group_by("true_segment").len().sort("true_segment").rows())
     log.info("incorrect traces per true segment (0-based): %s", counts)
     if table.height:

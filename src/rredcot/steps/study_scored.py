@@ -1,6 +1,7 @@
-"""Rule `study_scored`: σ and Φ of every RREDCoT value variant × answer-now (conditional, joint),
-with the reference on the trace's own path and on another valid path, and σ of the attribution
-baselines, on the study's segmentation of every study trace (teacher-forced scoring only)."""
+"""Rule `study_scored`: σ and Φ of every RREDCoT value variant × answer-now (conditional, joint)
+× reference kind (the configured one, the oracle key on the trace's own path, the sampled-first
+one), and σ of the attribution baselines, on the study's segmentation of every study trace
+(teacher-forced scoring only)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rredcot.steps.study_common import (
     write_estimates,
 )
 from rredcot.studies.estimators import (
+    REFERENCE_COLUMNS,
     attribution_estimates,
     rredcot_configs,
     rredcot_estimates,
@@ -43,9 +45,10 @@ def main() -> None:
         # the default alone (its own cost), then every other variant from one shared pass
         others = {n: c for n, c in own.items() if n != default}
         parts = [score({default: base}), score(others, shared_pass=True)]
-        if "reference_other_path" in traces.columns:  # localization with another valid path
-            other = rredcot_configs(base, list(VALUE_VARIANTS), ANSWER_NOW, path="other")
-            parts.append(score(other, reference_column="reference_other_path", shared_pass=True))
+        for kind, column in REFERENCE_COLUMNS.items():  # the other kinds of reference
+            if kind != "configured" and column in traces.columns:
+                configs = rredcot_configs(base, list(VALUE_VARIANTS), ANSWER_NOW, kind)
+                parts.append(score(configs, reference_column=column, shared_pass=True))
         attr = attribution_estimates(
             model,
             tokenizer,

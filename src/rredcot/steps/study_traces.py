@@ -1,32 +1,77 @@
 """Rule `study_traces`: one sampled trace per study problem; the study set (depths where the
-base's accuracy is in the band; the agreement subset); token statistics; other-path references;
-every segmentation the studies use (the study's own, a state at every line by default, and the
-sweep's strategy × K)."""
+base's accuracy is in the band; the agreement subset; how many solution paths the base writes
+per depth); token statistics; every kind of reference (configured, sampled, own path) with the
+trace's path overlap; every segmentation the studies use (the study's own, a state at every
+line by default, and the sweep's strategy × K)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from rredcot.data.schema import read_parquet
+from rredcot.generation.base import SamplingParams, derive_seed
 from rredcot.segmentation import study_segmentation
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.steps.study_common import Timer, load_backend, load_policy
 from rredcot.studies.segmentations import MAIN, segmentation_table, sweep_configs
 from rredcot.studies.traces import (
+    path_statistics,
     sample_traces,
     select_study_set,
     token_statistics,
-    with_other_path_references,
+    with_reference_kinds,
 )
 from rredcot.tasks import get_task
+
+
+def base_paths(
+    backend: Any,
+    task: Any,
+    problems: pl.DataFrame,
+    tokenizer: Any,
+    studies: dict[str, Any],
+    seed: int,
+) -> pl.DataFrame:
+    """Per depth: how many solution paths the base writes (`studies.paths.samples` samples of
+    each of the first `studies.paths.problems` problems of that depth), and the overlaps."""
+    cfg = studies["paths"]
+    chosen = problems.with_row_index("row").filter(
+        pl.int_range(pl.len()).over("depth") < cfg["problems"]
+    )
+    params = SamplingParams(
+        n=cfg["samples"],
+        temperature=studies["temperature"],
+        top_p=studies["top_p"],
+        max_new_tokens=studies["max_new_tokens"],
+        seed=derive_seed(seed, 7),  # a stream of its own, not the traces'
+        stop_strings=tuple(task.stop_strings),
+    )
+    prompts = [task.build_prompt(p, tokenizer) for p in chosen["problem"]]
+    samples: list[list[str]] = [[] for _ in prompts]
+    for c in backend.generate(prompts, params):
+        samples[c.prompt_index].append(c.text)
+    rows = []
+    for (depth,), part in chosen.with_columns(pl.Series("samples", samples)).group_by(
+        "depth", maintain_order=True
+    ):
+        stats = path_statistics(
+            part["program"].to_list(),
+            part["samples"].to_list(),
+            part["reference"].to_list(),
+            derive_seed(seed, 8, depth),
+        )
+        rows.append({"depth": depth, **stats})
+    return pl.DataFrame(rows).sort("depth")
 
 
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--policy", required=True)
     p.add_argument("--problems", required=True, type=Path, help="split with references")
+    p.add_argument("--sampled", required=True, type=Path, help="the same, sampled-first")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--segmentations", required=True, type=Path)
     p.add_argument("--study-set", required=True, type=Path, help="CSV: accuracy per depth")
@@ -66,7 +111,13 @@ def main() -> None:
             if "program" in problems.columns
             else [None] * traces.height
         )
-        traces = with_other_path_references(traces, programs)
+        sampled = dict(read_parquet(args.sampled).select("id", "reference").iter_rows())
+        traces = with_reference_kinds(
+            traces, programs, [sampled.get(pid) for pid in traces["problem_id"]]
+        )
+        if "program" in problems.columns and "depth" in problems.columns:
+            paths = base_paths(backend, task, problems, tokenizer, studies, seed)
+            study_set = study_set.join(paths, on="depth", how="left")
         traces = token_statistics(model, traces)
         base = study_segmentation(seg, studies["segmentation"])
         sweep = studies["sweep"]
@@ -93,13 +144,16 @@ def main() -> None:
         len(agreement),
         study_set,
     )
-    if "own_path_canonical" in traces.columns and traces["own_path_canonical"].null_count() == 0:
-        log.info(
-            "%d traces write every step as the world's solution does (its path is theirs); "
-            "%d have a different valid path for the localization study",
-            int(traces["own_path_canonical"].sum()),
-            traces["reference_other_path"].drop_nulls().len(),
-        )
+    log.info(
+        "path overlap of the traces with their references (mean): configured %.3f, own path "
+        "%.3f, sampled %.3f; on the configured reference's path (overlap 1): %d of %d",
+        *(
+            traces[c].mean() or float("nan")
+            for c in ("overlap", "overlap_own_path", "overlap_sampled")
+        ),
+        (traces["overlap"] == 1.0).sum(),
+        traces.height,
+    )
     incorrect = traces.filter(pl.col("reward") == 0)
     log.info(
         "%d traces: mean reward %.3f, %d incorrect, %d empty, %d hit max_new_tokens, "

@@ -6,8 +6,8 @@ Estimators (METHOD.md §3, §5), each giving one σ (K,) per trace on the same s
   set, own seed, never the ground truth's rollouts), σ_k = V̂(s_k) − V̂(s_{k−1}), V̂(s_K) = R;
 - `rredcot_{variant}` / `rredcot_{variant}_joint`: RREDCoT with each value variant of
   `VALUE_VARIANTS` and the conditional / joint answer-now (the configured `estimator.rredcot`
-  otherwise, terminal correction by default); `…_other_path`: with a reference on a different
-  valid solution path than the trace's (`reference_other_path`, the localization study);
+  otherwise, terminal correction by default); `…_own_path` / `…_sampled`: with the key on the
+  trace's own path (an oracle) or the sampled-first reference instead of the configured one;
 - `loo`, `shapley`, `grad_x_input`, `attention`: the attribution baselines.
 
 Costs per trace: forward_tokens (tokens run through the model: for MC, each rollout's state
@@ -59,11 +59,35 @@ def mc_name(n: int) -> str:
     return f"mc_n{n}"
 
 
-def rredcot_name(variant: str, answer_now: str = "conditional", path: str = "own") -> str:
-    """`rredcot_{variant}`, `_joint` for the joint answer-now, `_other_path` for the reference
-    on another valid path."""
+REFERENCE_COLUMNS: dict[str, str] = {
+    "configured": "reference",
+    "own_path": "reference_own_path",
+    "sampled": "reference_sampled",
+}
+"""Reference kind -> its column in the study traces (`studies.traces.with_reference_kinds`):
+the configured kind (references.source, the default everything is paired against), the oracle
+key on the trace's own path, and the sampled-first reference."""
+
+
+def rredcot_name(
+    variant: str, answer_now: str = "conditional", reference: str = "configured"
+) -> str:
+    """`rredcot_{variant}`, `_joint` for the joint answer-now, `_own_path` / `_sampled` for a
+    reference of that kind (none for the configured one)."""
+    if reference not in REFERENCE_COLUMNS:
+        raise ValueError(f"reference: expected one of {list(REFERENCE_COLUMNS)}, got {reference!r}")
     name = f"rredcot_{variant}" + ("_joint" if answer_now == "joint" else "")
-    return name + ("_other_path" if path == "other" else "")
+    return name + ("" if reference == "configured" else f"_{reference}")
+
+
+def reference_kind(estimator: str) -> str | None:
+    """The reference kind of an RREDCoT estimator name (None for other families)."""
+    if not estimator.startswith("rredcot_"):
+        return None
+    for kind in REFERENCE_COLUMNS:
+        if kind != "configured" and estimator.endswith(f"_{kind}"):
+            return kind
+    return "configured"
 
 
 def _share(total: float, weights: dict[int, int]) -> dict[int, float]:
@@ -149,11 +173,11 @@ def reference_path(task: Any, reference: str | None, answer: str) -> Any:
 
 
 def rredcot_configs(
-    config: Any, variants: Sequence[str], answer_now: Sequence[str], path: str = "own"
+    config: Any, variants: Sequence[str], answer_now: Sequence[str], reference: str = "configured"
 ) -> dict[str, Any]:
     """estimator name -> `config` with each value variant × answer-now (`rredcot_name`)."""
     return {
-        rredcot_name(v, a, path): replace(config, value=v, answer_now=a)
+        rredcot_name(v, a, reference): replace(config, value=v, answer_now=a)
         for a in answer_now
         for v in variants
     }
@@ -294,4 +318,6 @@ __all__ = [
     "rredcot_configs",
     "rredcot_estimates",
     "rredcot_name",
+    "REFERENCE_COLUMNS",
+    "reference_kind",
 ]

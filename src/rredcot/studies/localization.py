@@ -16,10 +16,12 @@ reference estimator's (RREDCoT's default) by a paired bootstrap over the same tr
 
 It only means something when the reference U* is not the checker's own answer key (METHOD.md
 §5): the study scores RREDCoT both with the reference on the trace's own path and with one on a
-different valid path of the same problem (`reference_other_path`).
+different valid path of the same problem (the reference kinds and overlap bins).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -148,40 +150,36 @@ def localization_table(
 
 
 def localization_sets(
-    traces: pl.DataFrame,
     truth: pl.DataFrame,
     agreement_truth: pl.DataFrame,
     estimates: pl.DataFrame,
     *,
     reference: str,
+    overlap_subsets: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, tuple[pl.DataFrame, pl.DataFrame]]:
     """The trace sets of the localization table: label -> (true segments, estimates).
 
-    `all_incorrect`: every incorrect trace (`truth`), RREDCoT on the own-path reference, the
+    `all_incorrect`: every incorrect trace (`truth`), RREDCoT on every reference kind, the
     attributions and the null row; `agreement_incorrect`: the agreement set's incorrect traces
-    (`agreement_truth`), the reference estimator, MC, the ground truth and the null row;
-    `other_path`, only when the traces have a `reference_other_path` column with a value: those
-    traces, every RREDCoT row (own path and `_other_path`)."""
+    (`agreement_truth`), the reference estimator, MC, the ground truth and the null row; then,
+    per overlap bin of the configured reference (`overlap_subsets`: label -> trace indices),
+    `incorrect <label>`: those incorrect traces, RREDCoT on every reference kind and the null
+    row."""
     family, name = pl.col("family"), pl.col("estimator")
-    other = name.str.ends_with("_other_path")
     sets = {
         "all_incorrect": (
             truth,
-            estimates.filter(family.is_in(["rredcot", "attribution", "null"]) & ~other),
+            estimates.filter(family.is_in(["rredcot", "attribution", "null"])),
         ),
         "agreement_incorrect": (
             agreement_truth,
             estimates.filter(family.is_in(["mc", "ground_truth", "null"]) | (name == reference)),
         ),
     }
-    if "reference_other_path" in traces.columns:
-        with_other = traces.filter(pl.col("reference_other_path").is_not_null())
-        if with_other.height:
-            chosen = with_other["trace_index"].implode()
-            sets["other_path"] = (
-                truth.filter(pl.col("trace_index").is_in(chosen)),
-                estimates.filter(family == "rredcot"),
-            )
+    for label, chosen in (overlap_subsets or {}).items():
+        rows = truth.filter(pl.col("trace_index").is_in(list(chosen)))
+        if rows.height:
+            sets[f"incorrect {label}"] = (rows, estimates.filter(family.is_in(["rredcot", "null"])))
     return sets
 
 

@@ -224,6 +224,11 @@ def select_study_set(
             n, right = part.height, int((part["reward"] == 1).sum())
             ci = wilson_interval(right, n)
             acc = right / n
+            lucky = (
+                int(((part["reward"] == 1) & part["first_error"].is_not_null()).sum())
+                if "first_error" in part.columns
+                else None
+            )
             rows.append(
                 {
                     "depth": depth[0],
@@ -232,6 +237,8 @@ def select_study_set(
                     "ci95_low": ci[0],
                     "ci95_high": ci[1],
                     "kept": low <= acc <= high,
+                    # right answer from a wrong chain, a share of all traces of the depth
+                    "luck": None if lucky is None else lucky / n,
                 }
             )
         table = pl.DataFrame(rows).sort("depth")
@@ -249,27 +256,105 @@ def select_study_set(
     return kept.with_columns(pl.Series("agreement", flags, dtype=pl.Boolean)), table
 
 
-def with_other_path_references(
-    traces: pl.DataFrame, programs: Sequence[str | None]
+def with_reference_kinds(
+    traces: pl.DataFrame,
+    programs: Sequence[str | None],
+    sampled: Sequence[str | None] | None = None,
 ) -> pl.DataFrame:
-    """`traces` with `reference_other_path`: a valid solution of the same problem on a different
-    path than the trace's own (`rredcot.data.synthetic.other_path_solution`; null without a
-    program or a commutable step) and `own_path_canonical` (the trace writes no step commuted,
-    so the world's own solution is its path)."""
-    from rredcot.data.synthetic import commuted_steps, other_path_solution
+    """`traces` with every kind of reference beside the configured one (`reference`), and how
+    far the trace follows each (`rredcot.data.synthetic.path_overlap`):
 
-    other, canonical = [], []
-    for program, response in zip(programs, traces["response"], strict=True):
-        if program is None:
-            other.append(None)
-            canonical.append(None)
-            continue
-        other.append(other_path_solution(program, response))
-        canonical.append(not commuted_steps(program, response))
-    return traces.with_columns(
-        pl.Series("reference_other_path", other, dtype=pl.String),
-        pl.Series("own_path_canonical", canonical, dtype=pl.Boolean),
+    - `reference_own_path`: the answer key on the trace's own path (`own_path_solution`), an
+      oracle no real dataset has; null without a program;
+    - `reference_sampled`: the problem's reference from the sampled-first table (`sampled`, in
+      trace order; the column is left out when None);
+    - `overlap`, `overlap_own_path`, `overlap_sampled`: share of the reference's step lines the
+      trace writes in the same order and the same way round (null where the reference is).
+    """
+    from rredcot.data.synthetic import own_path_solution, path_overlap
+
+    own = [
+        None if program is None else own_path_solution(program, response)
+        for program, response in zip(programs, traces["response"], strict=True)
+    ]
+    columns = {"reference": traces["reference"].to_list(), "reference_own_path": own}
+    if sampled is not None:
+        columns["reference_sampled"] = list(sampled)
+    out = traces.with_columns(
+        pl.Series(name, refs, dtype=pl.String)
+        for name, refs in columns.items()
+        if name != "reference"
     )
+    responses = traces["response"].to_list()
+    overlaps = {
+        name.replace("reference", "overlap"): [
+            None if ref is None else path_overlap(ref, resp)
+            for ref, resp in zip(refs, responses, strict=True)
+        ]
+        for name, refs in columns.items()
+    }
+    return out.with_columns(pl.Series(n, v, dtype=pl.Float64) for n, v in overlaps.items())
+
+
+OVERLAP_BINS: tuple[tuple[str, float, float], ...] = (
+    ("overlap<0.5", 0.0, 0.5),
+    ("0.5<=overlap<1", 0.5, 1.0),
+    ("overlap=1", 1.0, 1.0),
+)
+"""How far a trace follows the configured reference's path: (label, low, high); the last bin
+is the trace on the reference's own path (the answer-key case)."""
+
+
+def overlap_bin(overlap: float | None) -> str | None:
+    """The `OVERLAP_BINS` label of an overlap (None for a missing or NaN one)."""
+    if overlap is None or math.isnan(overlap):
+        return None
+    for label, low, high in OVERLAP_BINS:
+        if low <= overlap < high or low == high == overlap:
+            return label
+    raise ValueError(f"overlap {overlap!r} outside [0, 1]")
+
+
+def path_statistics(
+    programs: Sequence[str],
+    responses: Sequence[Sequence[str]],
+    references: Sequence[str | None],
+    rng_seed: int,
+) -> dict[str, float]:
+    """How many solution paths the base writes and how far two valid paths overlap.
+
+    programs[i]: a problem; responses[i]: several base samples of it; references[i]: its
+    dataset reference. Returns the mean number of distinct paths (sequences of step-line forms)
+    among the samples, the share of problems with more than one, the mean number of valid paths
+    (`Program.path_count`), the mean overlap between two valid paths drawn uniformly, and the
+    mean overlap of a sample with the dataset reference.
+    """
+    import random
+
+    from rredcot.data.synthetic import Program, path_overlap, step_forms
+
+    rng = random.Random(rng_seed)
+    distinct, valid, two_paths, with_reference = [], [], [], []
+    for program, samples, reference in zip(programs, responses, references, strict=True):
+        prog = Program.from_json(program)
+        distinct.append(len({tuple(step_forms(r)) for r in samples}))
+        valid.append(prog.path_count())
+        a, b = prog.path_text(prog.random_path(rng)), prog.path_text(prog.random_path(rng))
+        two_paths.append(path_overlap(a, b))
+        if reference is not None:
+            with_reference += [path_overlap(reference, r) for r in samples]
+    n = len(distinct)
+    return {
+        "path_problems": n,
+        "path_samples": len(responses[0]) if n else 0,
+        "distinct_paths_mean": sum(distinct) / n if n else math.nan,
+        "multi_path_share": sum(d > 1 for d in distinct) / n if n else math.nan,
+        "valid_paths_mean": sum(valid) / n if n else math.nan,
+        "overlap_two_valid_paths": sum(two_paths) / n if n else math.nan,
+        "overlap_sample_dataset": (
+            sum(with_reference) / len(with_reference) if with_reference else math.nan
+        ),
+    }
 
 
 def error_char(response: str, error_start: int | None) -> int | None:
@@ -286,7 +371,10 @@ def error_char(response: str, error_start: int | None) -> int | None:
 __all__ = [
     "select_study_set",
     "wilson_interval",
-    "with_other_path_references",
+    "OVERLAP_BINS",
+    "overlap_bin",
+    "path_statistics",
+    "with_reference_kinds",
     "STAT_COLUMNS",
     "TRACE_COLUMNS",
     "error_char",

@@ -60,6 +60,7 @@ LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
 LR_SCHEDULERS: tuple[str, ...] = ("constant", "constant_with_warmup", "linear", "cosine")
 DEVICES: tuple[str, ...] = ("cpu", "auto")
 VLLM_MODES: tuple[str, ...] = ("colocate", "server")
+TRAINING_REFERENCES: tuple[str, ...] = ("configured", "own_path")
 
 # metrics.csv column -> key in the trainer's logs (TRL's names, or ours where they match).
 CSV_COLUMNS: dict[str, str] = {
@@ -152,6 +153,10 @@ class TrainingSettings:
     """Train on the first N problems of the train table (None: all)."""
     reference_column: str = "solution"
     """Column holding each problem's reference solution U* (synthetic world: `solution`)."""
+    reference: str = "configured"
+    """RREDCoT's reference: `configured` (the problem's, from `reference_column`) or
+    `own_path` (the answer key written on each response's own solution path: an oracle that
+    needs the synthetic world's `program` column; it shows how much of a gain needs the key)."""
     mc_batch_size: int = 64
     """MC method: rollout rows per generate call."""
     device: str = "cpu"
@@ -248,6 +253,7 @@ class TrainingSettings:
         for name in ("weight_decay", "max_grad_norm", "kl_beta", "epsilon"):
             _finite(name, getattr(self, name), 0.0)
         choices = {
+            "reference": TRAINING_REFERENCES,
             "loss_type": LOSS_TYPES,
             "scale_rewards": REWARD_SCALES,
             "lr_scheduler": LR_SCHEDULERS,
@@ -431,6 +437,11 @@ def training_rows(
         raise ValueError(f"train table: lacks column(s) {missing}; has {table.columns}")
     if settings.max_problems is not None:
         table = table.head(settings.max_problems)
+    if settings.reference == "own_path" and "program" not in table.columns:
+        raise ValueError(
+            "training.reference: own_path writes the key on each response's path and needs the "
+            f"synthetic world's `program` column; the train table has {table.columns}"
+        )
     rows, without_reference = [], []
     for row in table.iter_rows(named=True):
         for key in need[:3]:
@@ -448,6 +459,7 @@ def training_rows(
                 "answer": row["answer"],
                 "reference": row[ref],
                 "problem_id": row["id"],
+                **({"program": row["program"]} if settings.reference == "own_path" else {}),
             }
         )
     if without_reference:
@@ -585,6 +597,7 @@ def build_trainer(
             segmentation=settings.segmentation,
             credit=settings.credit,
             rredcot=settings.rredcot,
+            reference=settings.reference,
             mc=settings.mc,
             mc_batch_size=settings.mc_batch_size,
             resets=settings.resets,

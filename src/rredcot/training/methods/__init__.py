@@ -52,6 +52,7 @@ def build_method(
     segmentation: SegmentationConfig | None = None,
     credit: CreditConfig | None = None,
     rredcot: RREDCoTConfig | None = None,
+    reference: str = "configured",
     mc: MCConfig | None = None,
     mc_batch_size: int = 64,
     resets: ResetConfig | None = None,
@@ -67,7 +68,13 @@ def build_method(
         return GRPOMethod()
     if name == "rredcot":
         return RREDCoTMethod(
-            task, tokenizer, list(eos_ids), segmentation, rredcot or RREDCoTConfig(), credit
+            task,
+            tokenizer,
+            list(eos_ids),
+            segmentation,
+            rredcot or RREDCoTConfig(),
+            credit,
+            reference=reference,
         )
     if name in ("rrpo", "srpo"):
         reset_method = RRPOMethod if name == "rrpo" else SRPOMethod

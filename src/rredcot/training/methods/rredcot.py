@@ -76,9 +76,17 @@ class RREDCoTMethod(Method):
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     estimator: RREDCoTConfig = field(default_factory=RREDCoTConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)
+    reference: str = "configured"
+    """`configured`: the row's reference; `own_path`: the answer key on each response's own
+    path (`rredcot.data.synthetic.own_path_solution`; the row needs `program`), an oracle."""
     _references: dict[str, ReferencePath] = field(default_factory=dict, repr=False)
 
-    def _reference(self, row: Mapping[str, Any]) -> ReferencePath:
+    def _reference(self, row: Mapping[str, Any], response_ids: Sequence[int]) -> ReferencePath:
+        if self.reference == "own_path":
+            from rredcot.data.synthetic import own_path_solution
+
+            text = self.tokenizer.decode(list(response_ids), skip_special_tokens=True)
+            row = {**row, "reference": own_path_solution(row["program"], text)}
         key = f"{row.get('problem_id')}\x00{row.get('reference')}"
         if key not in self._references:
             self._references[key] = reference_path(self.task, row)
@@ -135,7 +143,7 @@ class RREDCoTMethod(Method):
             b = s.boundaries
             short = cut and len(b) > 2
             response, bounds = (s.response_ids[: b[-2]], b[:-1]) if short else (s.response_ids, b)
-            ref = self._reference(row)
+            ref = self._reference(row, s.response_ids)
             key = (tuple(s.prompt_ids), tuple(response), tuple(bounds), ref, float(r))
             if key not in unique:
                 unique[key] = len(traces)

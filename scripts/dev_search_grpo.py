@@ -70,10 +70,13 @@ CANDIDATES: dict[str, dict] = {
 TRAINING_KEYS_NOT_SETTINGS = (
     "methods",
     "seeds",
+    "extra_seeds",
     "per_method",
+    "variants",
     "mc",
     "accelerate",
     "num_processes",
+    "keep_stale_checkpoints",
     "curve",
 )
 

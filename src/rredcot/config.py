@@ -86,7 +86,11 @@ def validate_config(
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     messages = [_describe(e) for e in errors]
     if not messages:  # the checks below rely on the schema's shape and filled-in defaults
-        messages = _override_errors(config, schema) + _problem_set_errors(config)
+        messages = (
+            _override_errors(config, schema)
+            + _problem_set_errors(config)
+            + _extra_seed_errors(config["training"])
+        )
     if not messages:
         messages = _joint_errors(config)
     if messages:
@@ -138,6 +142,38 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
         sub = {"type": "object", "additionalProperties": False, "properties": properties[method]}
         found = Draft202012Validator(sub).iter_errors(values)
         messages += [_describe(e, key) for e in sorted(found, key=lambda e: str(e.path))]
+    return messages
+
+
+def _extra_seed_errors(training: Mapping[str, Any]) -> list[str]:
+    """`training.extra_seeds` names runs that exist, repeats none of training.seeds, and gives
+    GRPO (every run's comparison partner in results/method_comparison.csv) every seed any other
+    run has."""
+    runs = [*training["methods"], *(v["name"] for v in training["variants"])]
+    shared, extra = set(training["seeds"]), training["extra_seeds"]
+    messages = [
+        f"config key 'training.extra_seeds': {name!r} is not a run; choose from {runs}"
+        for name in extra
+        if name not in runs
+    ]
+    messages += [
+        f"config key 'training.extra_seeds.{name}': seeds {sorted(shared & set(seeds))} are "
+        "already in training.seeds"
+        for name, seeds in extra.items()
+        if shared & set(seeds)
+    ]
+    if "grpo" in training["methods"]:
+        first = "grpo"
+        missing = {
+            name: sorted(set(seeds) - set(extra.get(first, [])))
+            for name, seeds in extra.items()
+            if name != first and set(seeds) - set(extra.get(first, []))
+        }
+        messages += [
+            f"config key 'training.extra_seeds.{name}': seeds {seeds} have no {first} run to "
+            f"be compared with; add them to training.extra_seeds.{first}"
+            for name, seeds in missing.items()
+        ]
     return messages
 
 

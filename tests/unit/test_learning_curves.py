@@ -203,10 +203,22 @@ def test_conservative_verdict_needs_both_intervals() -> None:
     assert conservative_verdict("n/a", "n/a") == "n/a"
 
 
-def test_missing_seed_for_one_method_is_an_error() -> None:
+def test_a_method_pairs_with_grpo_on_its_own_seeds_and_needs_each_of_them() -> None:
+    # GRPO on five seeds (the main claim), srpo on three: srpo pairs with GRPO seeds 1-3 only
+    grpo = [run("grpo", s, [0] * 4, [1, 0, 1, 0]) for s in (1, 2, 3, 4, 5)]
+    grpo[3] = run("grpo", 4, [0] * 4, [0, 0, 0, 0])  # seed 4 would lower GRPO if it were used
+    srpo = [run("srpo", s, [0] * 4, [1, 1, 1, 0]) for s in (1, 2, 3)]
+    table = method_comparison([*grpo, *srpo], BASE, n_resamples=50)
+    vs = table.filter((pl.col("method") == "srpo") & (pl.col("against") == "grpo"))
+    final = vs.filter(pl.col("measure") == "final")
+    assert final["seed"].to_list() == ["all", "1", "2", "3"]
+    assert final["seeds"][0] == 3 and final["against_score"][0] == pytest.approx(0.5)
+    grpo_rows = table.filter((pl.col("method") == "grpo") & (pl.col("seed") != "all"))
+    assert grpo_rows["seed"].to_list() == ["1", "2", "3", "4", "5"]  # against the base
+    # a seed GRPO lacks cannot be paired: an error, never a silently dropped run
     runs = [run("grpo", 1, [0] * 4, [1] * 4), run("grpo", 2, [0] * 4, [1] * 4)]
-    runs.append(run("rredcot", 1, [0] * 4, [1] * 4))
-    with pytest.raises(ValueError, match="rredcot"):
+    runs.append(run("rredcot", 3, [0] * 4, [1] * 4))
+    with pytest.raises(ValueError, match="rredcot: seeds \\[3\\] have no grpo run"):
         method_comparison(runs, BASE, n_resamples=10)
 
 

@@ -220,10 +220,19 @@ def generation_backend() -> dict:
     }
 
 
+def seeds_of(name: str) -> list[int]:
+    """The training seeds of a run name: training.seeds, then its training.extra_seeds."""
+    return [*config["training"]["seeds"], *config["training"]["extra_seeds"].get(name, [])]
+
+
+def training_runs() -> list[tuple[str, int]]:
+    """Every RL run (run name, seed)."""
+    return [(m, s) for m in TRAINING_METHODS for s in seeds_of(m)]
+
+
 def methods_and_seeds() -> list[tuple[str, int]]:
     """Every (method, seed) that gets a row in the benchmark tables: the base, then RL runs."""
-    runs = [(m, s) for m in TRAINING_METHODS for s in config["training"]["seeds"]]
-    return [(BASE_METHOD, config["seed"]), *runs]
+    return [(BASE_METHOD, config["seed"]), *training_runs()]
 
 
 def training_settings(method: str, seed: int) -> dict:
@@ -241,6 +250,7 @@ def training_settings(method: str, seed: int) -> dict:
         not in (
             "methods",
             "seeds",
+            "extra_seeds",
             "per_method",
             "variants",
             "mc",
@@ -369,8 +379,7 @@ def curve_runs(wildcards) -> dict:
         "summaries": training_summaries(wildcards),
         "grades": [
             f"results/eval/{m}/seed{s}/{CURVE_SPLIT}/grades.parquet"
-            for m in TRAINING_METHODS
-            for s in config["training"]["seeds"]
+            for m, s in training_runs()
         ],
         "base": f"results/eval/{BASE_METHOD}/seed{config['seed']}/{CURVE_SPLIT}/grades.parquet",
     }
@@ -383,9 +392,7 @@ def training_problems(wildcards) -> str:
 
 def training_summaries(wildcards) -> list[str]:
     return [
-        f"results/train/{m}/seed{s}/train_summary.json"
-        for m in TRAINING_METHODS
-        for s in config["training"]["seeds"]
+        f"results/train/{m}/seed{s}/train_summary.json" for m, s in training_runs()
     ]
 
 

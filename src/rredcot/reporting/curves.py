@@ -229,6 +229,9 @@ def method_comparison(
     at the method's last step, which the reference also evaluated); `final_equal_seconds` and
     `final_equal_tokens` at equal cumulative compute (`equal_compute_steps`). Every row names
     both runs' steps and their cumulative seconds and forward tokens there (means over seeds).
+    Each method is paired with `reference` on the method's own seeds, each against the
+    reference's run of the same seed; the reference may have more seeds (e.g. five for the main
+    claim, three for the rest), never fewer.
     """
     points = pl.concat([run_points(r, base) for r in runs], how="vertical_relaxed")
     compute = pl.concat(
@@ -241,14 +244,16 @@ def method_comparison(
         how="vertical_relaxed",
     )
     steps = {r.method: r.steps for r in runs}
-    seeds = sorted({r.seed for r in runs})
+    run_seeds = {m: sorted({r.seed for r in runs if r.method == m}) for m in steps}
     problems = sorted(base["problem_id"].unique().to_list())
-    for method in steps:
-        have = sorted({r.seed for r in runs if r.method == method})
-        if have != seeds:
-            raise ValueError(
-                f"method {method}: seeds {have}, but the comparison pairs seeds {seeds}"
-            )
+    if reference in run_seeds:
+        for method, have in run_seeds.items():
+            extra = sorted(set(have) - set(run_seeds[reference]))
+            if extra:
+                raise ValueError(
+                    f"method {method}: seeds {extra} have no {reference} run to pair with "
+                    f"({reference} has seeds {run_seeds[reference]})"
+                )
     mean_compute = {
         (m, int(st)): (sec, tok)
         for m, st, sec, tok in compute.group_by("method", "step")
@@ -259,14 +264,9 @@ def method_comparison(
         m: sorted(points.filter(pl.col("method") == m)["step"].unique().to_list()) for m in steps
     }
     base_points = _per_problem(base.with_columns(pl.lit(0).alias("step")))
-    base_grid = np.tile(
-        _grid(
-            base_points.with_columns(pl.lit(seeds[0]).alias("seed")),
-            "pass_at_1",
-            seeds[:1],
-            problems,
-        ),
-        (len(seeds), 1),
+    first = min(min(v) for v in run_seeds.values()) if run_seeds else 0
+    base_row = _grid(
+        base_points.with_columns(pl.lit(first).alias("seed")), "pass_at_1", [first], problems
     )
     rows = []
 
@@ -287,7 +287,7 @@ def method_comparison(
         t_low, t_high = seed_t_interval(a, b)
         t_verdict = interval_verdict(t_low, t_high)
         mine, theirs = where(method, steps_[0]), where(against, steps_[1])
-        per_seed = a.shape[0] == 1 and len(seeds) > 1
+        per_seed = a.shape[0] == 1 and len(run_seeds[method]) > 1
         rows.append(
             {
                 "method": method,
@@ -317,12 +317,15 @@ def method_comparison(
         )
 
     def add_per_seed(method: str, against: str, a: np.ndarray, b: np.ndarray, st: tuple) -> None:
-        if len(seeds) > 1:  # each training seed on its own (over problems only)
-            for i, s in enumerate(seeds):
+        if len(run_seeds[method]) > 1:  # each training seed on its own (over problems only)
+            for i, s in enumerate(run_seeds[method]):
                 add(method, against, "final", a[i : i + 1], b[i : i + 1], st)
                 rows[-1]["seed"] = str(s)
 
     for method, n_steps in steps.items():
+        # every seed of the method, each paired with the reference's run of the same seed
+        seeds = run_seeds[method]
+        base_grid = np.tile(base_row, (len(seeds), 1))
         own = points.filter(pl.col("method") == method)
         final = _grid(_at_step(own, n_steps), "score", seeds, problems)
         auc = _grid(_auc(own, n_steps), "auc", seeds, problems)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rredcot.data.schema import read_parquet
+from rredcot.data.synthetic import check_response
 from rredcot.machine import machine_info
 from rredcot.models.sft import demonstrations, run_sft
 from rredcot.models.sft_settings import sft_block
@@ -33,8 +34,9 @@ def main() -> None:
     fit_rows, heldout_rows = train.head(train.height - n_heldout), train.tail(n_heldout)
     examples = demonstrations(fit_rows, task, tokenizer, slip_rate, seed)
     heldout = demonstrations(heldout_rows, task, tokenizer, 0.0, seed) if n_heldout else []
+    # a slip, not another valid path (the checker accepts every path)
     slipped = sum(
-        ex["completion"] != task.reference_completion(row)
+        not check_response(row["program"], ex["completion"]).correct
         for ex, row in zip(examples, fit_rows.iter_rows(named=True), strict=True)
     )
     log.info(

@@ -146,34 +146,32 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
 
 
 def _extra_seed_errors(training: Mapping[str, Any]) -> list[str]:
-    """`training.extra_seeds` names runs that exist, repeats none of training.seeds, and gives
-    GRPO (every run's comparison partner in results/method_comparison.csv) every seed any other
-    run has."""
+    """`training.extra_seeds` names runs that exist, each once, repeats none of training.seeds,
+    and gives GRPO (every run's comparison partner in results/method_comparison.csv) every
+    seed any other run has."""
     runs = [*training["methods"], *(v["name"] for v in training["variants"])]
-    shared, extra = set(training["seeds"]), training["extra_seeds"]
-    messages = [
-        f"config key 'training.extra_seeds': {name!r} is not a run; choose from {runs}"
-        for name in extra
-        if name not in runs
-    ]
-    messages += [
-        f"config key 'training.extra_seeds.{name}': seeds {sorted(shared & set(seeds))} are "
-        "already in training.seeds"
-        for name, seeds in extra.items()
-        if shared & set(seeds)
-    ]
+    shared, key = set(training["seeds"]), "config key 'training.extra_seeds'"
+    extra: dict[str, set[int]] = {}
+    messages = []
+    for i, entry in enumerate(training["extra_seeds"]):
+        name, seeds = entry["run"], set(entry["seeds"])
+        if name not in runs:
+            messages.append(f"{key}[{i}].run: {name!r} is not a run; choose from {runs}")
+        if name in extra:
+            messages.append(f"{key}[{i}].run: {name!r} is listed twice")
+        if shared & seeds:
+            messages.append(
+                f"{key}[{i}].seeds: {sorted(shared & seeds)} are already in training.seeds"
+            )
+        extra[name] = extra.get(name, set()) | seeds
     if "grpo" in training["methods"]:
-        first = "grpo"
-        missing = {
-            name: sorted(set(seeds) - set(extra.get(first, [])))
-            for name, seeds in extra.items()
-            if name != first and set(seeds) - set(extra.get(first, []))
-        }
-        messages += [
-            f"config key 'training.extra_seeds.{name}': seeds {seeds} have no {first} run to "
-            f"be compared with; add them to training.extra_seeds.{first}"
-            for name, seeds in missing.items()
-        ]
+        for name, seeds in extra.items():
+            missing = sorted(seeds - extra.get("grpo", set()))
+            if name != "grpo" and missing:
+                messages.append(
+                    f"{key}: {name} seeds {missing} have no grpo run to be compared with; "
+                    "add them to grpo's entry"
+                )
     return messages
 
 

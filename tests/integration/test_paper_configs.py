@@ -253,8 +253,10 @@ def test_slurm_profile_dry_run(
 def test_the_default_variants_change_only_their_own_runs(
     tmp_path: Path, no_slurm_clients: tuple[Path, Path]
 ) -> None:
-    """config.yaml's variants: rredcot_joint scores the joint answer-now, rredcot_center_group
-    centers its credit; every other run keeps the shared estimator and credit blocks."""
+    """config.yaml's variants: rredcot_conditional scores the conditional answer-now (the
+    default is the pre-registered joint), rredcot_center_group centers its credit,
+    rredcot_own_path reads the oracle reference; every other run keeps the shared estimator and
+    credit blocks."""
     bin_dir, _ = no_slurm_clients
     proc = dry_run(REPO / "config.yaml", tmp_path, bin_dir)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -263,12 +265,15 @@ def test_the_default_variants_change_only_their_own_runs(
         if job.rule == "train_policy" and job.wildcards["seed"] == "1":
             shell = re.search(r"--params '([^']*)'", job.shell).group(1)
             params[job.wildcards["method"]] = json.loads(shell)
-    assert {"rredcot", "rredcot_joint", "rredcot_center_group", "grpo"} <= set(params)
-    assert params["rredcot_joint"]["rredcot"]["answer_now"] == "joint"
-    assert params["rredcot_joint"]["method"] == "rredcot"
-    for name in ("rredcot", "rredcot_center_group", "grpo"):
-        assert params[name]["rredcot"]["answer_now"] == "conditional", name
+    variants = {"rredcot_conditional", "rredcot_center_group", "rredcot_own_path"}
+    assert {"rredcot", "grpo", *variants} <= set(params)
+    assert params["rredcot_conditional"]["rredcot"]["answer_now"] == "conditional"
+    assert params["rredcot_conditional"]["method"] == "rredcot"
+    for name in ("rredcot", "rredcot_center_group", "rredcot_own_path", "grpo"):
+        assert params[name]["rredcot"]["answer_now"] == "joint", name
     assert params["rredcot_center_group"]["credit"]["center"] == "group"
-    assert params["rredcot_joint"]["credit"] == params["rredcot"]["credit"]
-    joint = dict(params["rredcot_joint"]["rredcot"], answer_now="conditional")
+    assert params["rredcot_own_path"]["reference"] == "own_path"
+    assert all(params[n]["reference"] == "configured" for n in params if n != "rredcot_own_path")
+    assert params["rredcot_conditional"]["credit"] == params["rredcot"]["credit"]
+    joint = dict(params["rredcot_conditional"]["rredcot"], answer_now="joint")
     assert joint == params["rredcot"]["rredcot"]  # nothing else of the estimator changed

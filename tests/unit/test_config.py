@@ -188,9 +188,9 @@ def test_overrides_get_no_defaults_filled_in(schema, default):
         "credit": {"center": "group"},
     }
     assert default["training"]["variants"][1] == {
-        "name": "rredcot_joint",
+        "name": "rredcot_conditional",
         "method": "rredcot",
-        "rredcot": {"answer_now": "joint"},
+        "rredcot": {"answer_now": "conditional"},
     }
 
 
@@ -279,3 +279,18 @@ def test_the_joint_checks_leave_a_pretrained_model_s_sft_and_arch_alone(repo, sc
     config["model"]["arch"]["num_key_value_heads"] = 3
     config["sft"]["heldout_problems"] = 1000
     validate_config(config, schema)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([{"run": "nope", "seeds": [4]}], "'nope' is not a run"),
+        ([{"run": "grpo", "seeds": [1, 4]}], r"\[1\] are already in training.seeds"),
+        ([{"run": "rredcot", "seeds": [4]}], "rredcot seeds \\[4\\] have no grpo run"),
+        ([{"run": "grpo", "seeds": [4]}, {"run": "grpo", "seeds": [5]}], "listed twice"),
+    ],
+)
+def test_extra_seeds_are_checked_naming_the_key(default, schema, extra, message) -> None:
+    default["training"]["extra_seeds"] = extra
+    with pytest.raises(ConfigError, match=message):
+        validate_config(default, schema)

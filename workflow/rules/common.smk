@@ -222,7 +222,8 @@ def generation_backend() -> dict:
 
 def seeds_of(name: str) -> list[int]:
     """The training seeds of a run name: training.seeds, then its training.extra_seeds."""
-    return [*config["training"]["seeds"], *config["training"]["extra_seeds"].get(name, [])]
+    extra = [e["seeds"] for e in config["training"]["extra_seeds"] if e["run"] == name]
+    return [*config["training"]["seeds"], *(s for seeds in extra for s in seeds)]
 
 
 def training_runs() -> list[tuple[str, int]]:

@@ -534,18 +534,20 @@ def test_passes_do_not_grow_with_k_and_m(
 ):
     # Equal continuation lengths and no split by span: every row has the same width, so one
     # continuation pass holds them all, after one prompt pass and one response pass.
-    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", math.inf)
+    monkeypatch.setattr("rredcot.scoring.layout.SPAN_SLACK", math.inf)
     rng = random.Random(num_segments)
     response = _ids(rng, 30, vocab)
     boundaries = [0, *sorted(rng.sample(range(1, 30), num_segments - 1)), 30]
     continuations = [_ids(rng, 6, vocab) for _ in range(num_continuations)]
     spec = TraceSpec(_ids(rng, 4, vocab), response, boundaries, continuations)
-    passes = _count_passes(model, lambda: score_states_batch(model, [spec], row_tokens=0))
+    passes = _count_passes(
+        model, lambda: score_states_batch(model, [spec], row_tokens=0, layout="packed")
+    )
     assert passes == 3
 
 
 def test_passes_with_cap_and_one_token_continuations(model, vocab, monkeypatch):
-    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", math.inf)
+    monkeypatch.setattr("rredcot.scoring.layout.SPAN_SLACK", math.inf)
     rng = random.Random(6)
     prompt, response = _ids(rng, 3, vocab), _ids(rng, 10, vocab)
     single = [[t] for t in _ids(rng, 4, vocab)]
@@ -556,7 +558,10 @@ def test_passes_with_cap_and_one_token_continuations(model, vocab, monkeypatch):
     conts = [_ids(rng, 5, vocab), _ids(rng, 5, vocab)]
     spec = TraceSpec(prompt, response, list(range(11)), conts)
     passes = _count_passes(
-        model, lambda: score_states_batch(model, [spec], max_tokens_per_pass=40, row_tokens=8)
+        model,
+        lambda: score_states_batch(
+            model, [spec], max_tokens_per_pass=40, row_tokens=8, layout="packed"
+        ),
     )
     assert passes == 2 + 3
 
@@ -585,8 +590,8 @@ def test_length_buckets_pack_rows_and_plan_passes_hand_cases(monkeypatch):
     def row(width: int, span: int) -> _Row:
         return _Row(trace=0, blocks=(), width=width, span=span)
 
-    monkeypatch.setattr("rredcot.scoring.packed.PAD_SLACK", 0.0)
-    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", 0.25)
+    monkeypatch.setattr("rredcot.scoring.layout.PAD_SLACK", 0.0)
+    monkeypatch.setattr("rredcot.scoring.layout.SPAN_SLACK", 0.25)
     rows = [row(4, 10), row(4, 40), row(2, 10), row(4, 12)]
     # widths: [4, 4, 4] and [2]; spans of the first: 40 alone, then 12 with 10 (2 × 12 ≤ 27.5)
     assert _plan_passes(rows, None) == [[rows[1]], [rows[3], rows[0]], [rows[2]]]

@@ -64,6 +64,7 @@ from rredcot.credit.redistribution import (
     raw_credit,
     redistribute,
 )
+from rredcot.scoring.layout import LAYOUTS
 
 # --------------------------------------------------------------------------- log-prob tables
 
@@ -275,6 +276,10 @@ class RREDCoTConfig:
     """Pruning: most suffix tokens whose keys and values are kept between rounds at once (the
     suffixes are taken in waves whose full lengths add up to at most this; memory on a GPU).
     None: all at once."""
+    layout: str = "shared"
+    """How suffix tokens meet their trace's cache (`rredcot.scoring.layout`): shared (each row
+    reads the one cache in place) | packed (the earlier layout: batched rows, each with a copy of
+    the cache slots; kept to compare). Same scores; shared costs less at long traces."""
 
     def __post_init__(self) -> None:
         if self.value not in VALUE_VARIANTS:
@@ -340,6 +345,11 @@ class RREDCoTConfig:
             raise ValueError(
                 f"estimator.rredcot.prune_max_kept_tokens: expected an integer ≥ 1 or None, "
                 f"got {kept!r}"
+            )
+        if self.layout not in LAYOUTS:
+            raise ValueError(
+                f"estimator.rredcot.layout: {self.layout!r} is not allowed; choose one of "
+                f"{list(LAYOUTS)}"
             )
         cap = self.max_tokens_per_pass
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -826,6 +836,7 @@ def _credit_batch(
         max_tokens_per_pass=config.max_tokens_per_pass,
         prune=prune,
         tokens=run,
+        layout=config.layout,
     )
     for t, n in zip(asked_by, run, strict=True):
         tokens[t] += n

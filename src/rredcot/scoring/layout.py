@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from rredcot.scoring.queries import StateQuery
 
 LAYOUTS: tuple[str, ...] = ("shared", "packed")
@@ -30,8 +32,13 @@ LAYOUTS: tuple[str, ...] = ("shared", "packed")
 ROW_TOKENS = 32
 """Default row width of the `packed` layout (tokens): each row pays a cache copy there."""
 
-SHARED_ROW_TOKENS = 128
-"""Default row width of the `shared` layout (tokens; scripts/bench_credit_scaling.py)."""
+SHARED_ROW_TOKENS = 256
+"""Narrowest default row width of the `shared` layout (tokens): the fastest on the tiny model at
+T = 4096 on one CPU thread (64: 1.7x, 128: 1.4x, 256: 1.3x, 512: 1.4x a training pass;
+scripts/bench_credit_scaling.py)."""
+
+SHARED_ROW_MAX = 4096
+"""Widest default row of the `shared` layout (tokens)."""
 
 PAD_SLACK = 0.05
 """A pass takes one more row while its padding stays within this fraction of its real tokens."""
@@ -46,9 +53,22 @@ def check_layout(layout: str) -> None:
         raise ValueError(f"layout: {layout!r} is not allowed; choose one of {list(LAYOUTS)}")
 
 
-def default_row_tokens(layout: str) -> int:
-    """The row width a layout uses when the caller names none."""
-    return SHARED_ROW_TOKENS if layout == "shared" else ROW_TOKENS
+def default_row_tokens(layout: str, model: torch.nn.Module | None = None) -> int:
+    """The row width a layout uses when the caller names none. `shared`: a row's mask (about 5
+    bytes per entry: boolean, and float inside the attention) costs 5·width bytes per cache
+    slot, so the width is an eighth of the bytes one cache slot takes (keys and values of all
+    layers), within [SHARED_ROW_TOKENS, SHARED_ROW_MAX]: the masks stay within ~5/8 of the
+    trace's cache, and larger models get wider rows (fewer passes)."""
+    if layout != "shared":
+        return ROW_TOKENS
+    if model is None:
+        return SHARED_ROW_TOKENS
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    size = next(model.parameters()).element_size()
+    per_slot = 2 * config.num_hidden_layers * kv_heads * head_dim * size
+    return min(SHARED_ROW_MAX, max(SHARED_ROW_TOKENS, per_slot // 8))
 
 
 def shared_row_width(row_tokens: int, cap: int | None) -> int:

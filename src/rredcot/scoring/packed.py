@@ -123,7 +123,7 @@ def score_encoded(
     check_layout(layout)
     if not queries:
         return []
-    row_tokens = default_row_tokens(layout) if row_tokens is None else row_tokens
+    row_tokens = default_row_tokens(layout, model) if row_tokens is None else row_tokens
     if max_tokens_per_pass is not None and max_tokens_per_pass < 1:
         raise ValueError(f"max_tokens_per_pass: expected None or ≥ 1, got {max_tokens_per_pass}")
     check_model(model)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from numbers import Real
 from typing import Any
 
+from rredcot.config import check_choices
 from rredcot.credit.redistribution import RETURN_EQUIVALENCE
 from rredcot.credit.rredcot_values import VALUE_VARIANTS
 from rredcot.scoring.layout import LAYOUTS
@@ -68,26 +69,14 @@ class RREDCoTConfig:
     the cache slots; kept to compare). Same scores; shared costs less at long traces."""
 
     def __post_init__(self) -> None:
-        if self.value not in VALUE_VARIANTS:
-            raise ValueError(
-                f"estimator.rredcot.value: {self.value!r} is not allowed; choose one of "
-                f"{list(VALUE_VARIANTS)}"
-            )
-        if self.return_equivalence not in RETURN_EQUIVALENCE:
-            raise ValueError(
-                f"estimator.rredcot.return_equivalence: {self.return_equivalence!r} is not "
-                f"allowed; choose one of {list(RETURN_EQUIVALENCE)}"
-            )
-        if self.answer_now not in ANSWER_NOW:
-            raise ValueError(
-                f"estimator.rredcot.answer_now: {self.answer_now!r} is not allowed; choose one "
-                f"of {list(ANSWER_NOW)}"
-            )
-        if self.join not in JOIN_RULES:
-            raise ValueError(
-                f"estimator.rredcot.join: {self.join!r} is not allowed; choose one of "
-                f"{list(JOIN_RULES)}"
-            )
+        choices = {
+            "value": VALUE_VARIANTS,
+            "return_equivalence": RETURN_EQUIVALENCE,
+            "answer_now": ANSWER_NOW,
+            "join": JOIN_RULES,
+            "layout": LAYOUTS,
+        }
+        check_choices("estimator.rredcot", self, choices)
         for name in ("w_R", "w_v", "eps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
@@ -131,11 +120,6 @@ class RREDCoTConfig:
             raise ValueError(
                 f"estimator.rredcot.prune_max_kept_tokens: expected an integer ≥ 1 or None, "
                 f"got {kept!r}"
-            )
-        if self.layout not in LAYOUTS:
-            raise ValueError(
-                f"estimator.rredcot.layout: {self.layout!r} is not allowed; choose one of "
-                f"{list(LAYOUTS)}"
             )
         cap = self.max_tokens_per_pass
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):

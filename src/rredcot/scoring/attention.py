@@ -13,7 +13,9 @@ therefore reads its trace's cache where it already lies in memory; nothing of it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache
@@ -54,6 +56,30 @@ def allowed_to_mask(allowed: torch.Tensor, model: torch.nn.Module) -> torch.Tens
     dtype = next(model.parameters()).dtype
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+@contextmanager
+def gqa_in_kernel(model: torch.nn.Module) -> Iterator[None]:
+    """On the CPU under sdpa, let torch's attention kernel read grouped (GQA) keys and values as
+    they are (`enable_gqa`) instead of transformers repeating them per query head, which copies
+    every key a pass reads (`TRANSFORMERS_SDPA_FORCE_GQA`; the CPU kernel takes a mask with it,
+    gives the same numbers and is no slower). Elsewhere (CUDA falls back to its math kernel
+    with a mask and GQA) and under eager, nothing changes: the repeat there is a transient copy
+    of one layer's visible slots."""
+    device = next(model.parameters()).device
+    if model.config._attn_implementation != "sdpa" or device.type != "cpu":
+        yield
+        return
+    key = "TRANSFORMERS_SDPA_FORCE_GQA"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def project(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from rredcot.scoring.attention import (
     check_model,
     chunk_rows,
     decoder,
+    gqa_in_kernel,
     project,
 )
 from rredcot.scoring.layout import _length_buckets
@@ -253,13 +254,14 @@ def encode_traces(
             seen = torch.arange(s0, p_max + t0, device=device)  # prompt and earlier chunks
             before = (seen[None, None, :] >= row_lo[:, None, None]).expand(-1, len(t), -1)
             own = (t[:, None] >= t[None, :]).expand(len(rows), -1, -1)  # causal in the chunk
-            out = body(
-                input_ids=ids[:, t0 : t0 + len(t)],
-                attention_mask=allowed_to_mask(torch.cat([before, own], -1), model),
-                position_ids=prompt_len[:, None] + t[None],
-                past_key_values=SlotCache(keys, values, index, s0, p_max + t0),
-                use_cache=True,
-            )
+            with gqa_in_kernel(model):
+                out = body(
+                    input_ids=ids[:, t0 : t0 + len(t)],
+                    attention_mask=allowed_to_mask(torch.cat([before, own], -1), model),
+                    position_ids=prompt_len[:, None] + t[None],
+                    past_key_values=SlotCache(keys, values, index, s0, p_max + t0),
+                    use_cache=True,
+                )
             hidden[index, 1 + t0 : 1 + t0 + len(t)] = out.last_hidden_state
             del out
     tokens = sum(map(len, unique)) + sum(lengths)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from rredcot.scoring.attention import SlotCache, allowed_to_mask, decoder, project
+from rredcot.scoring.attention import SlotCache, allowed_to_mask, decoder, gqa_in_kernel, project
 from rredcot.scoring.encoding import EncodedTraces
 from rredcot.scoring.layout import _plan_passes, _Row
 from rredcot.scoring.logprobs import gather_logprobs
@@ -182,13 +182,14 @@ def _run_tree_pass(
         restore=True,
     )
     try:
-        out = decoder(model)(
-            input_ids=torch.tensor([cols["inputs"]], device=device),
-            attention_mask=allowed_to_mask(torch.cat(parts, -1)[None], model),
-            position_ids=torch.tensor([cols["position"]], device=device),
-            past_key_values=cache,
-            use_cache=True,
-        )
+        with gqa_in_kernel(model):
+            out = decoder(model)(
+                input_ids=torch.tensor([cols["inputs"]], device=device),
+                attention_mask=allowed_to_mask(torch.cat(parts, -1)[None], model),
+                position_ids=torch.tensor([cols["position"]], device=device),
+                past_key_values=cache,
+                use_cache=True,
+            )
     finally:
         cache.restore()
     targets, item = (torch.tensor(cols[k], device=device) for k in ("targets", "item"))

@@ -56,14 +56,17 @@ stops after 16 or 48 tokens depends on the random text: the pruned tokens can mo
 between draws.
 
 Times are the process's CPU seconds by default (`--clock cpu`; with one thread CPU ≈ wall on an
-idle machine, and a busy shared machine disturbs it less), median over `--repeats`. The
-`packed` layout is slow at long T (`--packed-max-len` skips it above a length). Prints tables;
+idle machine, and a busy shared machine disturbs it less, though not entirely: on a loaded
+machine the same training pass varied by up to 1.7x between rows, so use `--repeats 3` for
+figures that matter), median over `--repeats`. The `packed` layout is slow and large at long
+T: its rows' cache copies took 12 GiB at T = 8192, K = 8 and over 18 GiB (killed for memory on
+a 23 GiB machine) at K = 16; `--packed-max-len` skips it above a length. Prints tables;
 asserts nothing.
 
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --csv credit.csv   # ~10 min
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --quick            # ~1 min
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --long --lengths 1024 \\
-        --ks 16 --naive-max-len 1024 --csv long.csv                            # T to 16384
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --csv credit.csv  # ~30 min, loaded
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --quick           # a few minutes
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --lengths --long \\
+        --layouts shared --csv long.csv            # T = 8192, 16384 at K = 8, 16 (~15 min)
 """
 
 from __future__ import annotations
@@ -290,6 +293,14 @@ COLUMNS = [
 ]
 
 
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The table so far, `COLUMNS` in order."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
@@ -459,6 +470,8 @@ def main() -> None:
                     "cache_slots_read": counter.slots // args.repeats,
                 }
                 rows.append(row)
+                if args.csv is not None:  # row by row: a run killed later keeps what it measured
+                    write_csv(args.csv, rows)
                 print(
                     f"{length:>5} {k:>3} {j:>3} {layout:>6} {row['pruning']:>5} │ "
                     f"{train_tok / n:>9,.0f} {train_s / n:>8.3f} "
@@ -469,10 +482,6 @@ def main() -> None:
                     flush=True,
                 )
     if args.csv is not None:
-        with args.csv.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
         print(f"wrote {args.csv}")
 
     speedups = naive_table(args, model, tokenizer, task, configs, batches, naive_lengths, clock)

@@ -1,27 +1,38 @@
 """Cost of the RREDCoT credit against trace length and K, relative to one training step's pass.
 
 On the embedded default's tiny Qwen3 (random weights, byte tokenizer) and synthetic long traces,
-for every trace length T (response tokens; default 256 … 4096) and number of segments K
-(default 4, 8, 16), one batch of `--traces` traces is scored by `rredcot_credit_batch`
-(METHOD.md §3) and, on the same batch, one training forward + backward is run
-(model(x ⊕ τ).logits → mean −log π over the response tokens → backward). Printed per trace:
+for every trace length T (response tokens; default 256 … 4096, with `--long` also 8192 and 16384
+at K = `--long-ks`, 8 and 16) and number of segments K (default 4, 8, 16), one batch of
+`--traces` traces is scored by `rredcot_credit_batch` (METHOD.md §3) in each scoring layout
+(`--layouts`: `shared`, the default, whose rows read their trace's KV cache in place, and
+`packed`, the earlier layout, where every packed row carries a copy of it) and, on the same
+batch, one training forward + backward is run (model(x ⊕ τ).logits → mean −log π over the
+response tokens → backward). Printed per (T, K, layout, pruning), and written with `--csv PATH`:
 
 - forward tokens of the credit (`RREDCoTResult.forward_tokens`: trace encoding, state 0 once
-  per prompt, every continuation token run) and its ratio to the training pass's forward
-  tokens (P + T per trace; the backward is not counted in tokens, so a ratio of 1 in tokens
-  is about 1/3 in compute);
-- seconds of the credit and their ratio to the seconds of the training forward + backward;
+  per prompt, every continuation token run) and `credit_token_ratio`, their ratio to the
+  training pass's forward tokens (P + T per trace; the backward is not counted in tokens, so a
+  ratio of 1 in tokens is about 1/3 in compute);
+- seconds of the credit and `credit_time_ratio`, their ratio to the seconds of the training
+  forward + backward;
+- peak memory: the process's peak resident memory during the call above its resident memory
+  before it (`/proc/self/status` VmHWM, reset before each call), and `peak_memory_ratio`, its
+  ratio to the bytes of the batch's trace cache (keys and values of every layer, P + T slots
+  per trace, float32): the credit's peak includes the cache itself, so the *extra* memory is
+  the ratio minus 1 (`train_peak_memory_ratio`: the same for the training pass);
+- cache slots read by the continuation passes (`cache_slots_read`: per row, the trace slots its
+  attention reads; a `packed` row also copies them), machine-independent like the tokens;
 - both for the default config (pruning on, `prune_nats` 30) and, where it fits
   (`--noprune-max-len`), pruning off (every reference suffix scored in full: the worst case).
 
-Then, at K = `--naive-k` (16), packed vs naive: `rredcot_credit_batch` without and with
-pruning against the naive path, which scores the same (state, continuation) pairs (recorded
-from the packed call's `score_encoded` queries: answer-now, every C*_j, and A, A ⊕ y* ⊕ close
-for the conditional answer-now) by one full forward pass each (`sequence_logprob_naive`, the
-reference the packed scorer is tested against). The naive path's tokens grow like K·J·T
-(J ∝ T), so it only runs for T ≤ `--naive-max-len` (the table says which lengths were skipped).
-The largest |log π| difference between the naive and the packed (no pruning) tables is printed
-as a check that both computed the same thing.
+Then, at K = `--naive-k` (16), packed scoring vs naive: `rredcot_credit_batch` without pruning
+(each layout) and with it (default layout) against the naive path, which scores the same
+(state, continuation) pairs (recorded from the packed call's `score_encoded` queries:
+answer-now, every C*_j, and A, A ⊕ y* ⊕ close for the conditional answer-now) by one full
+forward pass each (`sequence_logprob_naive`, the reference the packed scorer is tested
+against). The naive path's tokens grow like K·J·T (J ∝ T), so it only runs for
+T ≤ `--naive-max-len`. The largest |log π| difference between the naive and the packed
+(no pruning) tables is printed as a check that both computed the same thing.
 
 Synthetic data (token values do not change the cost, only the lengths do, except for pruning):
 
@@ -41,41 +52,48 @@ reference suffix falls 30 nats below the short answer-now continuation (~12 toke
 first 16-48 tokens and is dropped there; the pruned numbers are therefore close to the best
 case, and the pruning-off column is the worst case (a trained policy that finds a suffix likely
 keeps it longer). The first check (16 tokens) sits near the 30-nat line, so whether a suffix
-stops after 16 or 48 tokens depends on the random text and on how continuations are joined to
-states: the pruned tokens can move by up to ~2x between draws or versions of the scorer (seen
-at T = 4096, K = 16: 14k vs 30k tokens per trace).
-
-Memory: the packed scorer gives every batch row a copy of its trace's KV cache, so a pass holds
-about rows × (P + T) cache slots; with the defaults (2 traces) the process peaked at 6-11 GiB,
-at T = 4096, K = 16 (`--traces 1` about halves it; `--max-tokens-per-pass` caps a pass). Pruning
-off runs ~(K+1)·J·T/4 continuation tokens per trace (a row per ~32 of them, each with its cache
-copy), hence `--noprune-max-len`. The peak RSS is printed at the end.
+stops after 16 or 48 tokens depends on the random text: the pruned tokens can move by up to ~2x
+between draws.
 
 Times are the process's CPU seconds by default (`--clock cpu`; with one thread CPU ≈ wall on an
-idle machine, and a busy shared machine disturbs it less), median over `--repeats`. Prints
-tables; asserts nothing.
+idle machine, and a busy shared machine disturbs it less, though not entirely: on a loaded
+machine the same training pass varied by up to 1.7x between rows, so use `--repeats 3` for
+figures that matter), median over `--repeats`. The `packed` layout is slow and large at long
+T: its rows' cache copies took 12 GiB at T = 8192, K = 8 and over 18 GiB (killed for memory on
+a 23 GiB machine) at K = 16; `--packed-max-len` skips it above a length. Prints tables;
+asserts nothing.
 
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py            # a few minutes, 1 thread
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --quick    # under a minute
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --csv credit.csv  # ~30 min, loaded
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --quick           # a few minutes
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --lengths --long \\
+        --layouts shared --csv long.csv            # T = 8192, 16384 at K = 8, 16 (~15 min)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import ctypes
 import random
+import re
 import resource
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import rredcot.credit.rredcot as rredcot_module
 import rredcot.scoring.packed as packed_module
+import rredcot.scoring.pruning as pruning_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.models.tiny import DEFAULT_TINY_ARCH, build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.scoring.layout import LAYOUTS, _plan_passes
 from rredcot.scoring.logprobs import sequence_logprob_naive
 from rredcot.tasks.synthetic import SyntheticTask
 
@@ -111,14 +129,68 @@ def make_batch(
     return traces, reference.num_segments
 
 
-def timed(fn: Callable[[], Any], repeats: int, clock: Callable[[], float]) -> tuple[float, Any]:
-    """(median seconds of `repeats` calls, the last call's result)."""
-    seconds, out = [], None
+def _status_kib(field: str) -> int:
+    text = Path("/proc/self/status").read_text()
+    return int(re.search(rf"{field}:\s+(\d+)", text).group(1))
+
+
+def _mmap_large_blocks() -> None:
+    """Serve every block of ≥ 64 KiB by mmap (glibc otherwise raises that threshold as blocks
+    are freed and serves them from a heap that keeps its pages), so freed tensors leave the
+    resident memory and its peak measures what was live."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+
+
+def _trim() -> None:
+    """Hand freed heap memory back to the system, so resident memory starts from what is live."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def timed(
+    fn: Callable[[], Any], repeats: int, clock: Callable[[], float]
+) -> tuple[float, int, Any]:
+    """(median seconds of `repeats` calls, largest peak resident bytes above the resident bytes
+    before a call, the last call's result). Peaks need Linux (/proc/self/clear_refs)."""
+    seconds, peaks, out = [], [], None
     for _ in range(repeats):
+        out = None
+        _trim()
+        before = _status_kib("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
         start = clock()
         out = fn()
         seconds.append(clock() - start)
-    return statistics.median(seconds), out
+        peaks.append((_status_kib("VmHWM") - before) * 1024)
+    return statistics.median(seconds), max(peaks), out
+
+
+class SlotCounter:
+    """Counts the trace cache slots the continuation passes read (wraps `run_rows`): a
+    `shared` row reads its span once; a `packed` pass reads (and copies) its longest span per
+    row."""
+
+    def __init__(self) -> None:
+        self.slots = 0
+        self.original = packed_module.run_rows
+
+    def __enter__(self) -> SlotCounter:
+        def counting(*args: Any) -> Any:
+            rows, layout, cap = args[3], args[7], args[8]
+            if layout == "packed":
+                self.slots += sum(
+                    len(batch) * max(row.span for row in batch) for batch in _plan_passes(rows, cap)
+                )
+            else:
+                self.slots += sum(row.span for row in rows)
+            return self.original(*args)
+
+        packed_module.run_rows = pruning_module.run_rows = counting
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        packed_module.run_rows = pruning_module.run_rows = self.original
 
 
 def train_step(model: torch.nn.Module, traces: list[Trace]) -> None:
@@ -193,14 +265,61 @@ def fmt_ratio(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
 
-def main() -> None:
+def cache_bytes(model: torch.nn.Module, traces: list[Trace]) -> int:
+    """Bytes of the batch's trace cache: keys and values of every layer, P + T slots a trace."""
+    c = model.config
+    per_slot = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim
+    per_slot *= next(model.parameters()).element_size()
+    return per_slot * sum(len(t.prompt_ids) + len(t.response_ids) for t in traces)
+
+
+COLUMNS = [
+    "T",
+    "K",
+    "J",
+    "layout",
+    "pruning",
+    "train_tokens",
+    "train_s",
+    "credit_tokens",
+    "credit_s",
+    "credit_token_ratio",
+    "credit_time_ratio",
+    "peak_memory_bytes",
+    "trace_cache_bytes",
+    "peak_memory_ratio",
+    "train_peak_memory_ratio",
+    "cache_slots_read",
+]
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The table so far, `COLUMNS` in order."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0, help="data and model seed")
     parser.add_argument(
-        "--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096], help="T values"
+        "--lengths", type=int, nargs="*", default=[256, 512, 1024, 2048, 4096], help="T values"
     )
     parser.add_argument("--ks", type=int, nargs="+", default=[4, 8, 16], help="K values")
+    parser.add_argument(
+        "--long", action="store_true", help="also T = --long-lengths at K = --long-ks (slow)"
+    )
+    parser.add_argument("--long-lengths", type=int, nargs="+", default=[8192, 16384])
+    parser.add_argument("--long-ks", type=int, nargs="+", default=[8, 16])
+    parser.add_argument(
+        "--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS), help="scoring layouts"
+    )
+    parser.add_argument(
+        "--packed-max-len", type=int, default=None, help="largest T for the packed layout"
+    )
     parser.add_argument("--traces", type=int, default=2, help="traces per batch (one prompt)")
     parser.add_argument("--prompt-tokens", type=int, default=64, help="P, prompt tokens")
     parser.add_argument("--line-tokens", type=int, default=64, help="tokens per line")
@@ -211,7 +330,7 @@ def main() -> None:
         "--noprune-max-len",
         type=int,
         default=1024,
-        help="largest T for the pruning-off column (its cost grows like K·J·T ~ K·T²)",
+        help="largest T for the pruning-off rows (their cost grows like K·J·T ~ K·T²)",
     )
     parser.add_argument("--naive-k", type=int, default=16, help="K of the packed-vs-naive table")
     parser.add_argument(
@@ -225,10 +344,11 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1, help="timing repeats (median kept)")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="what to time")
+    parser.add_argument("--csv", type=Path, default=None, help="write the table here")
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="T 256 … 1024, K 4 and 16, pruning off and naive up to T 512 (under a minute)",
+        help="T 256 … 1024, K 4 and 16, pruning off and naive up to T 512 (about a minute)",
     )
     args = parser.parse_args()
     if args.quick:
@@ -236,16 +356,38 @@ def main() -> None:
         args.ks = [k for k in args.ks if k in (4, 16)] or args.ks[:1]
         args.noprune_max_len = min(args.noprune_max_len, 512)
         args.naive_max_len = min(args.naive_max_len, 512)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    _mmap_large_blocks()
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     wall_start = time.perf_counter()
 
+    grid = [(t, k) for t in args.lengths for k in args.ks]
+    if args.long:
+        grid += [(t, k) for t in args.long_lengths for k in args.long_ks]
+    longest = max(t for t, _ in grid)
     tokenizer = build_byte_tokenizer()
-    model = build_tiny_model(DEFAULT_TINY_ARCH, tokenizer, seed=args.seed)
+    arch = {
+        **DEFAULT_TINY_ARCH,
+        "max_position_embeddings": max(
+            DEFAULT_TINY_ARCH["max_position_embeddings"], 2 * (longest + args.prompt_tokens)
+        ),
+    }  # RoPE's default form does not depend on it; the weights are the same for any value
+    model = build_tiny_model(arch, tokenizer, seed=args.seed)
     task = SyntheticTask()
     cap = args.max_tokens_per_pass
-    pruned = RREDCoTConfig(max_tokens_per_pass=cap)  # the default: prune_nats 30
-    full = RREDCoTConfig(prune_nats=None, max_tokens_per_pass=cap)  # every suffix in full
+    base = RREDCoTConfig(max_tokens_per_pass=cap)  # the default: prune_nats 30
+    configs = {
+        (layout, pruning): replace(
+            base, layout=layout, prune_nats=base.prune_nats if pruning else None
+        )
+        for layout in args.layouts
+        for pruning in (True, False)
+    }
     n = args.traces
     print(
         f"model: tiny Qwen3 (random init, seed {args.seed}), hidden "
@@ -256,138 +398,193 @@ def main() -> None:
     print(
         f"batch: {n} traces sharing one prompt of P = {args.prompt_tokens} tokens and one "
         f"reference of J ≈ {args.ref_ratio}·T/{args.line_tokens} lines; credit = "
-        f"rredcot_credit_batch (default config, prune_nats {pruned.prune_nats}, "
-        f"max_tokens_per_pass {cap}); train = one "
-        f"forward + backward of the same batch (loss over the response tokens)"
+        f"rredcot_credit_batch (default config, prune_nats {base.prune_nats}, "
+        f"max_tokens_per_pass {cap}) per layout; train = one forward + backward of the same "
+        f"batch (loss over the response tokens); memory: peak above the start, over the "
+        f"batch's trace cache"
     )
 
     # warm-up (first-call allocations), not timed
     warm, _ = make_batch(random.Random(-1), 64, 4, args)
-    rredcot_credit_batch(model, tokenizer, task, warm, pruned)
+    for config in configs.values():
+        rredcot_credit_batch(model, tokenizer, task, warm, config)
     train_step(model, warm)
 
     rng = random.Random(args.seed)
     head = (
-        f"{'T':>5} {'K':>3} {'J':>3} {'train tok':>9} {'train s':>8} │ {'credit tok':>10} "
-        f"{'tok/train':>9} {'credit s':>9} {'s/train':>8} │ {'noprune tok':>11} "
-        f"{'tok/train':>9} {'s/train':>8}"
+        f"{'T':>5} {'K':>3} {'J':>3} {'layout':>6} {'prune':>5} │ {'train tok':>9} "
+        f"{'train s':>8} {'mem':>6} │ {'credit tok':>10} {'tok/train':>9} {'credit s':>9} "
+        f"{'s/train':>8} {'mem/cache':>9} {'slots read':>11}"
     )
     print("\nper trace; ratios to the training forward + backward of the same batch")
     print(head)
     print("─" * len(head))
     rows: list[dict[str, Any]] = []
     batches: dict[tuple[int, int], list[Trace]] = {}
-    for length in args.lengths:
-        for k in sorted(set(args.ks) | ({args.naive_k} if length <= args.naive_max_len else set())):
+    naive_lengths = {t for t, _ in grid if t <= args.naive_max_len}
+    for length in sorted({t for t, _ in grid}):
+        ks = sorted(
+            {k for t, k in grid if t == length}
+            | ({args.naive_k} if length in naive_lengths else set())
+        )
+        for k in ks:
             traces, j = make_batch(rng, length, k, args)
             batches[length, k] = traces
-            if k not in args.ks:
+            if (length, k) not in grid:
                 continue
-            train_s, _ = timed(lambda t=traces: train_step(model, t), args.repeats, clock)
+            train_s, train_peak, _ = timed(
+                lambda t=traces: train_step(model, t), args.repeats, clock
+            )
             train_tok = sum(len(t.prompt_ids) + len(t.response_ids) for t in traces)
-            credit_s, res = timed(
-                lambda t=traces: rredcot_credit_batch(model, tokenizer, task, t, pruned),
-                args.repeats,
-                clock,
-            )
-            credit_tok = sum(r.forward_tokens for r in res)
-            row = {
-                "T": length,
-                "K": k,
-                "J": j,
-                "train_tok": train_tok,
-                "train_s": train_s,
-                "credit_tok": credit_tok,
-                "credit_s": credit_s,
-                "noprune_tok": None,
-                "noprune_s": None,
-            }
-            if length <= args.noprune_max_len:
-                row["noprune_s"], res = timed(
-                    lambda t=traces: rredcot_credit_batch(model, tokenizer, task, t, full),
-                    args.repeats,
-                    clock,
+            cache = cache_bytes(model, traces)
+            for (layout, pruning), config in configs.items():
+                if not pruning and length > args.noprune_max_len:
+                    continue
+                if layout == "packed" and args.packed_max_len and length > args.packed_max_len:
+                    continue
+                with SlotCounter() as counter:
+                    credit_s, peak, res = timed(
+                        lambda t=traces, c=config: rredcot_credit_batch(
+                            model, tokenizer, task, t, c
+                        ),
+                        args.repeats,
+                        clock,
+                    )
+                credit_tok = sum(r.forward_tokens for r in res)
+                row = {
+                    "T": length,
+                    "K": k,
+                    "J": j,
+                    "layout": layout,
+                    "pruning": "on" if pruning else "off",
+                    "train_tokens": train_tok,
+                    "train_s": round(train_s, 4),
+                    "credit_tokens": credit_tok,
+                    "credit_s": round(credit_s, 4),
+                    "credit_token_ratio": round(credit_tok / train_tok, 3),
+                    "credit_time_ratio": round(credit_s / train_s, 3),
+                    "peak_memory_bytes": peak,
+                    "trace_cache_bytes": cache,
+                    "peak_memory_ratio": round(peak / cache, 3),
+                    "train_peak_memory_ratio": round(train_peak / cache, 3),
+                    "cache_slots_read": counter.slots // args.repeats,
+                }
+                rows.append(row)
+                if args.csv is not None:  # row by row: a run killed later keeps what it measured
+                    write_csv(args.csv, rows)
+                print(
+                    f"{length:>5} {k:>3} {j:>3} {layout:>6} {row['pruning']:>5} │ "
+                    f"{train_tok / n:>9,.0f} {train_s / n:>8.3f} "
+                    f"{fmt_ratio(train_peak / cache):>6} │ {credit_tok / n:>10,.0f} "
+                    f"{fmt_ratio(credit_tok / train_tok):>9} {credit_s / n:>9.3f} "
+                    f"{fmt_ratio(credit_s / train_s):>8} {fmt_ratio(peak / cache):>9} "
+                    f"{counter.slots / args.repeats / n:>11,.0f}",
+                    flush=True,
                 )
-                row["noprune_tok"] = sum(r.forward_tokens for r in res)
-            rows.append(row)
-            np_tok = row["noprune_tok"]
-            np_s = row["noprune_s"]
-            print(
-                f"{length:>5} {k:>3} {j:>3} {train_tok / n:>9,.0f} {train_s / n:>8.3f} │ "
-                f"{credit_tok / n:>10,.0f} {fmt_ratio(credit_tok / train_tok):>9} "
-                f"{credit_s / n:>9.3f} {fmt_ratio(credit_s / train_s):>8} │ "
-                f"{'—' if np_tok is None else f'{np_tok / n:,.0f}':>11} "
-                f"{fmt_ratio(None if np_tok is None else np_tok / train_tok):>9} "
-                f"{fmt_ratio(None if np_s is None else np_s / train_s):>8}",
-                flush=True,
-            )
+    if args.csv is not None:
+        print(f"wrote {args.csv}")
 
-    # packed vs naive at K = naive_k
-    k = args.naive_k
+    speedups = naive_table(args, model, tokenizer, task, configs, batches, naive_lengths, clock)
+    summary(args, rows, speedups)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+    print(f"total wall time {time.perf_counter() - wall_start:.0f} s; peak RSS {peak:.1f} GiB")
+
+
+def naive_table(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    task: Any,
+    configs: dict[tuple[str, bool], RREDCoTConfig],
+    batches: dict[tuple[int, int], list[Trace]],
+    lengths: set[int],
+    clock: Callable[[], float],
+) -> list[tuple[int, dict[str, float]]]:
+    """Packed scoring (each layout, pruning off; default layout, pruning on) vs one full pass
+    per (state, continuation), at K = naive_k; per length, the speed-up of each."""
+    k, n = args.naive_k, args.traces
     print(
         f"\npacked vs naive at K = {k} (per trace; naive = one full forward per (state, "
         f"continuation); T > {args.naive_max_len} skipped, --naive-max-len)"
     )
+    layouts = list(args.layouts)
     head = (
         f"{'T':>5} {'J':>3} {'naive tok':>10} {'naive s':>8} │ {'packed tok':>10} "
-        f"{'packed s':>8} {'speed-up':>8} │ {'pruned s':>8} {'speed-up':>8} │ {'max |Δlogπ|':>11}"
+        + " ".join(f"{name + ' s':>9} {'speed-up':>8}" for name in layouts)
+        + f" │ {'pruned s':>8} {'speed-up':>8} │ {'max |Δlogπ|':>11}"
     )
     print(head)
     print("─" * len(head))
-    speedups: list[tuple[int, float, float]] = []
-    for length in args.lengths:
-        if length > args.naive_max_len:
-            print(f"{length:>5}   (skipped: T > --naive-max-len {args.naive_max_len})")
-            continue
+    out = []
+    for length in sorted(lengths):
         traces = batches[length, k]
         j = traces[0].reference.num_segments
-
-        packed_s, (res, jobs, packed_tables) = timed(
-            lambda t=traces: packed_credit_with_jobs(model, tokenizer, task, t, full),
+        seconds: dict[str, float] = {}
+        diff, packed_tok, naive_s, naive_tok = 0.0, 0, 0.0, 0
+        for layout in layouts:
+            config = configs[layout, False]
+            seconds[layout], _, (res, jobs, tables) = timed(
+                lambda t=traces, c=config: packed_credit_with_jobs(model, tokenizer, task, t, c),
+                args.repeats,
+                clock,
+            )
+            packed_tok = sum(r.forward_tokens for r in res)
+            if not naive_s:
+                naive_s, _, (naive_tables, naive_tok) = timed(
+                    lambda jobs=jobs: naive_scores(model, jobs), args.repeats, clock
+                )
+            diff = max(
+                diff,
+                *(float((a - b).abs().max()) for a, b in zip(naive_tables, tables, strict=True)),
+            )
+        pruned_s, _, _ = timed(
+            lambda t=traces: rredcot_credit_batch(
+                model, tokenizer, task, t, configs[layouts[0], True]
+            ),
             args.repeats,
             clock,
         )
-        packed_tok = sum(r.forward_tokens for r in res)
-        naive_s, (naive_tables, naive_tok) = timed(
-            lambda jobs=jobs: naive_scores(model, jobs), args.repeats, clock
-        )
-        pruned_s, _ = timed(
-            lambda t=traces: rredcot_credit_batch(model, tokenizer, task, t, pruned),
-            args.repeats,
-            clock,
-        )
-        diff = max(
-            float((a - b).abs().max()) for a, b in zip(naive_tables, packed_tables, strict=True)
-        )
-        speedups.append((length, naive_s / packed_s, naive_s / pruned_s))
+        speedups = {name: naive_s / s for name, s in seconds.items()}
+        speedups["pruned"] = naive_s / pruned_s
+        out.append((length, speedups))
         print(
             f"{length:>5} {j:>3} {naive_tok / n:>10,.0f} {naive_s / n:>8.3f} │ "
-            f"{packed_tok / n:>10,.0f} {packed_s / n:>8.3f} {fmt_ratio(naive_s / packed_s):>8} │ "
-            f"{pruned_s / n:>8.3f} {fmt_ratio(naive_s / pruned_s):>8} │ {diff:>11.2e}"
+            f"{packed_tok / n:>10,.0f} "
+            + " ".join(
+                f"{seconds[name] / n:>9.3f} {fmt_ratio(speedups[name]):>8}" for name in layouts
+            )
+            + f" │ {pruned_s / n:>8.3f} {fmt_ratio(speedups['pruned']):>8} │ {diff:>11.2e}"
         )
+    return out
 
-    # one-line summary
-    at_k = [r for r in rows if r["K"] == max(args.ks)]
+
+def summary(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    speedups: list[tuple[int, dict[str, float]]],
+) -> None:
+    """One line per layout: the pruned credit's time ratio at the largest K, shortest to
+    longest T, its peak memory over the cache; and the speed-ups over naive."""
     parts = []
-    if at_k:
-        lo, hi = at_k[0], at_k[-1]
+    top_k = max((r["K"] for r in rows), default=None)
+    for layout in args.layouts:
+        at_k = [
+            r for r in rows if r["K"] == top_k and r["layout"] == layout and r["pruning"] == "on"
+        ]
+        if at_k:
+            lo, hi = at_k[0], at_k[-1]
+            parts.append(
+                f"{layout}: at K = {lo['K']} the credit costs {lo['credit_time_ratio']:.2f}x "
+                f"(T = {lo['T']}) to {hi['credit_time_ratio']:.2f}x (T = {hi['T']}) a training "
+                f"forward+backward, peak memory {hi['peak_memory_ratio']:.2f}x the trace cache"
+            )
+    for length, s in speedups:
         parts.append(
-            f"at K = {lo['K']} the credit costs {lo['credit_s'] / lo['train_s']:.2f}x (T = "
-            f"{lo['T']}) to {hi['credit_s'] / hi['train_s']:.2f}x (T = {hi['T']}) the seconds "
-            f"of a training forward+backward ({lo['credit_tok'] / lo['train_tok']:.1f}x to "
-            f"{hi['credit_tok'] / hi['train_tok']:.1f}x its forward tokens)"
+            f"T = {length}, K = {args.naive_k}: "
+            + ", ".join(f"{name} {x:.1f}x" for name, x in s.items())
+            + " faster than naive"
         )
-    if speedups:
-        lengths = ", ".join(str(t) for t, _, _ in speedups)
-        plain = ", ".join(f"{s:.1f}x" for _, s, _ in speedups)
-        with_prune = ", ".join(f"{s:.1f}x" for _, _, s in speedups)
-        parts.append(
-            f"at K = {k} and T = {lengths} packed is {plain} faster than naive without pruning "
-            f"and {with_prune} with it"
-        )
-    print(f"\nsummary: {'; '.join(parts)}.")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
-    print(f"total wall time {time.perf_counter() - wall_start:.0f} s; peak RSS {peak:.1f} GiB")
+    print("\nsummary:\n  " + "\n  ".join(parts))
 
 
 if __name__ == "__main__":

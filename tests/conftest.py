@@ -62,6 +62,31 @@ def tokenizer() -> Any:
 
 
 @pytest.fixture(scope="session")
+def with_lora() -> Callable[[Any], Any]:
+    """Wraps a copy of a model in a LoRA adapter (r 4, alpha 8) whose B is not zero (B starts at
+    0, the identity), so base ⊕ adapter computes something the base does not."""
+
+    def adapt(model: Any) -> Any:
+        import copy
+
+        import torch
+        from peft import get_peft_model
+
+        from rredcot.training.lora import LoraSettings
+
+        torch.manual_seed(0)  # LoRA's A init draws from the global stream
+        adapted = get_peft_model(copy.deepcopy(model), LoraSettings(r=4, alpha=8).peft_config())
+        with torch.no_grad():
+            for name, p in adapted.named_parameters():
+                if ".lora_B." in name:
+                    generator = torch.Generator().manual_seed(1)
+                    p.copy_(0.5 * torch.randn(p.shape, generator=generator))
+        return adapted
+
+    return adapt
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """A factory of checkpoint dirs (config, weights, byte tokenizer) of a tiny random Qwen3:
     2 layers, hidden 32, weights from `torch.manual_seed(0)`. `max_position_embeddings` and

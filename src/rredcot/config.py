@@ -15,7 +15,7 @@ the same check when run without Snakemake.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,17 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "co
 
 class ConfigError(ValueError):
     """The config does not match its schema; the message lists every offending key."""
+
+
+def check_choices(block: str, settings: object, choices: Mapping[str, Collection[Any]]) -> None:
+    """Refuse a field of `settings` whose value is not among its allowed names, naming the
+    config key (`block`.field) and the names it may take."""
+    for name, allowed in choices.items():
+        value = getattr(settings, name)
+        if value not in allowed:
+            raise ValueError(
+                f"{block}.{name}: {value!r} is not allowed; choose one of {list(allowed)}"
+            )
 
 
 def _with_defaults(cls: type) -> type:

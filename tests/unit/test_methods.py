@@ -332,23 +332,15 @@ def test_mc_sigma_sums_to_return_minus_first_value(model, tokenizer):
 
 
 @pytest.mark.parametrize("name", ["rredcot", "mc"])
-def test_credit_under_lora_is_the_adapted_policys(model, tokenizer, name, monkeypatch):
+def test_credit_under_lora_is_the_adapted_policys(model, tokenizer, name, monkeypatch, with_lora):
     """With `training.lora` the trainer hands the methods a peft model: RREDCoT's packed scorer
     and MC's rollouts must run base ⊕ adapter, i.e. give what the merged weights give (and not
     what the base gives)."""
     import copy
 
-    from peft import get_peft_model
-
     from rredcot.generation.hf import HFBackend
-    from rredcot.training.lora import LoraSettings
 
-    torch.manual_seed(0)  # LoRA's A init draws from the global stream
-    adapted = get_peft_model(copy.deepcopy(model), LoraSettings(r=4, alpha=8).peft_config())
-    with torch.no_grad():  # B starts at 0 (adapter = identity): give it a visible update
-        for n, p in adapted.named_parameters():
-            if ".lora_B." in n:
-                p.copy_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    adapted = with_lora(model)
     merged = copy.deepcopy(adapted).merge_and_unload().eval()
     adapted.eval()
     rollouts = []  # MC: the token ids of every rollout, per call

@@ -263,6 +263,7 @@ def test_config_defaults_follow_method():
         ("join", "space"),
         ("answer_now", "both"),
         ("max_tokens_per_pass", 0),
+        ("layout", "tree"),
         ("suffixes", 0),
         ("suffixes", "some"),
         ("suffixes", True),
@@ -850,6 +851,24 @@ def test_pruned_credit_is_within_its_bound_and_cheaper(model, tokenizer):
     bound = ref.num_segments * math.exp(-30) * exact.r_hat
     assert ((exact.phi - pruned.phi).abs() <= bound + 1e-300).all()
     assert pruned.forward_tokens < exact.forward_tokens
+
+
+@pytest.mark.parametrize("prune_nats", [None, 30.0])
+def test_credit_is_the_same_in_both_scoring_layouts(model, tokenizer, prune_nats):
+    # `layout` changes where suffix tokens meet the trace's cache, not what is computed.
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    trace = Trace(*_trace(tokenizer, WRONG), ref, 0.0)
+    assert RREDCoTConfig().layout == "shared"
+    shared, packed = (
+        rredcot_credit_batch(
+            model, tokenizer, task, [trace], RREDCoTConfig(prune_nats=prune_nats, layout=layout)
+        )[0]
+        for layout in ("shared", "packed")
+    )
+    assert shared.forward_tokens == packed.forward_tokens
+    torch.testing.assert_close(shared.suffix_logprobs, packed.suffix_logprobs, atol=1e-9, rtol=0)
+    torch.testing.assert_close(shared.sigma, packed.sigma, atol=1e-9, rtol=0)
 
 
 @pytest.mark.parametrize(

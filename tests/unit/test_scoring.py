@@ -15,6 +15,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.qwen3 import modeling_qwen3 as qwen3
 
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
@@ -26,7 +28,9 @@ from rredcot.scoring import (
     sequence_logprob_naive,
     token_logprobs,
 )
+from rredcot.scoring.encoding import ENCODE_CHUNK
 from rredcot.scoring.packed import (
+    EncodedTraces,
     GenerationCache,
     Pruning,
     StateQuery,
@@ -453,6 +457,46 @@ def test_batch_of_traces_matches_single(model, vocab, cap):
         torch.testing.assert_close(scores, _naive_states(model, spec), atol=1e-5, rtol=0)
 
 
+def _draw_queries(
+    data: st.DataObject, vocab: int, *, max_len: int, max_cont: int, follows: bool
+) -> tuple[list[tuple[list[int], list[int]]], list[StateQuery]]:
+    """Several traces (some sharing a prompt; T ≤ max_len) and queries naming any of their
+    states in any order, continuations of ≤ max_cont tokens (with `follows`, some start with
+    the trace's own next tokens: read off the encoding, then run)."""
+    rng = random.Random(data.draw(st.integers(0, 2**16), label="seed"))
+    prompts = [_ids(rng, data.draw(st.integers(1, 6), label="P"), vocab) for _ in range(2)]
+    traces = [
+        (prompts[data.draw(st.integers(0, 1), label="prompt")], _ids(rng, n, vocab))
+        for n in data.draw(st.lists(st.integers(0, max_len), min_size=1, max_size=4), label="T")
+    ]
+    queries = []
+    for _ in range(data.draw(st.integers(1, 4), label="queries")):
+        i = data.draw(st.integers(0, len(traces) - 1), label="trace")
+        t = len(traces[i][1])
+        states = data.draw(st.lists(st.integers(0, t), min_size=1, max_size=4), label="b")
+        lengths = data.draw(st.lists(st.integers(1, max_cont), min_size=1, max_size=3), label="|c|")
+        conts = [_ids(rng, n, vocab) for n in lengths]
+        if follows and t > 2 and data.draw(st.booleans(), label="follows τ"):
+            conts[-1] = traces[i][1][1:] + conts[-1]
+        queries.append(StateQuery(i, states, conts))
+    return traces, queries
+
+
+def _naive_query(
+    model: torch.nn.Module, prompt: list[int], response: list[int], query
+) -> torch.Tensor:
+    return torch.tensor(
+        [
+            [
+                sequence_logprob_naive(model, prompt + response[:b], list(c))
+                for c in query.continuations
+            ]
+            for b in query.states
+        ],
+        dtype=torch.float64,
+    )
+
+
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -460,19 +504,7 @@ def test_batch_of_traces_matches_single(model, vocab, cap):
 def test_queries_over_shared_prompts_match_naive_property(model, vocab, data):
     """Several traces (some sharing a prompt), queries naming any states in any order, any row
     width and cap: every score equals the naive one."""
-    rng = random.Random(data.draw(st.integers(0, 2**16), label="seed"))
-    prompts = [_ids(rng, data.draw(st.integers(1, 6), label="P"), vocab) for _ in range(2)]
-    traces = [
-        (prompts[data.draw(st.integers(0, 1), label="prompt")], _ids(rng, n, vocab))
-        for n in data.draw(st.lists(st.integers(0, 12), min_size=1, max_size=4), label="T")
-    ]
-    queries = []
-    for _ in range(data.draw(st.integers(1, 4), label="queries")):
-        i = data.draw(st.integers(0, len(traces) - 1), label="trace")
-        t = len(traces[i][1])
-        states = data.draw(st.lists(st.integers(0, t), min_size=1, max_size=4), label="b")
-        lengths = data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=3), label="|c|")
-        queries.append(StateQuery(i, states, [_ids(rng, n, vocab) for n in lengths]))
+    traces, queries = _draw_queries(data, vocab, max_len=12, max_cont=7, follows=False)
     row_tokens = data.draw(st.sampled_from([0, 1, 5, 32, 1000]), label="row_tokens")
     cap = data.draw(st.one_of(st.none(), st.integers(1, 16)), label="cap")
     encoded = encode_traces(
@@ -481,16 +513,7 @@ def test_queries_over_shared_prompts_match_naive_property(model, vocab, data):
     got = score_encoded(model, encoded, queries, max_tokens_per_pass=cap, row_tokens=row_tokens)
     for query, table in zip(queries, got, strict=True):
         prompt, response = traces[query.trace]
-        want = torch.tensor(
-            [
-                [
-                    sequence_logprob_naive(model, prompt + response[:b], c)
-                    for c in query.continuations
-                ]
-                for b in query.states
-            ],
-            dtype=torch.float64,
-        )
+        want = _naive_query(model, prompt, response, query)
         torch.testing.assert_close(table, want, atol=1e-5, rtol=0)
 
 
@@ -534,18 +557,20 @@ def test_passes_do_not_grow_with_k_and_m(
 ):
     # Equal continuation lengths and no split by span: every row has the same width, so one
     # continuation pass holds them all, after one prompt pass and one response pass.
-    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", math.inf)
+    monkeypatch.setattr("rredcot.scoring.layout.SPAN_SLACK", math.inf)
     rng = random.Random(num_segments)
     response = _ids(rng, 30, vocab)
     boundaries = [0, *sorted(rng.sample(range(1, 30), num_segments - 1)), 30]
     continuations = [_ids(rng, 6, vocab) for _ in range(num_continuations)]
     spec = TraceSpec(_ids(rng, 4, vocab), response, boundaries, continuations)
-    passes = _count_passes(model, lambda: score_states_batch(model, [spec], row_tokens=0))
+    passes = _count_passes(
+        model, lambda: score_states_batch(model, [spec], row_tokens=0, layout="packed")
+    )
     assert passes == 3
 
 
 def test_passes_with_cap_and_one_token_continuations(model, vocab, monkeypatch):
-    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", math.inf)
+    monkeypatch.setattr("rredcot.scoring.layout.SPAN_SLACK", math.inf)
     rng = random.Random(6)
     prompt, response = _ids(rng, 3, vocab), _ids(rng, 10, vocab)
     single = [[t] for t in _ids(rng, 4, vocab)]
@@ -556,7 +581,10 @@ def test_passes_with_cap_and_one_token_continuations(model, vocab, monkeypatch):
     conts = [_ids(rng, 5, vocab), _ids(rng, 5, vocab)]
     spec = TraceSpec(prompt, response, list(range(11)), conts)
     passes = _count_passes(
-        model, lambda: score_states_batch(model, [spec], max_tokens_per_pass=40, row_tokens=8)
+        model,
+        lambda: score_states_batch(
+            model, [spec], max_tokens_per_pass=40, row_tokens=8, layout="packed"
+        ),
     )
     assert passes == 2 + 3
 
@@ -585,8 +613,8 @@ def test_length_buckets_pack_rows_and_plan_passes_hand_cases(monkeypatch):
     def row(width: int, span: int) -> _Row:
         return _Row(trace=0, blocks=(), width=width, span=span)
 
-    monkeypatch.setattr("rredcot.scoring.packed.PAD_SLACK", 0.0)
-    monkeypatch.setattr("rredcot.scoring.packed.SPAN_SLACK", 0.25)
+    monkeypatch.setattr("rredcot.scoring.layout.PAD_SLACK", 0.0)
+    monkeypatch.setattr("rredcot.scoring.layout.SPAN_SLACK", 0.25)
     rows = [row(4, 10), row(4, 40), row(2, 10), row(4, 12)]
     # widths: [4, 4, 4] and [2]; spans of the first: 40 alone, then 12 with 10 (2 × 12 ≤ 27.5)
     assert _plan_passes(rows, None) == [[rows[1]], [rows[3], rows[0]], [rows[2]]]
@@ -644,3 +672,201 @@ def test_queries_and_encoding_reject_bad_input(model):
     with pytest.raises(ValueError, match="max_tokens_per_pass"):
         score_encoded(model, encoded, [StateQuery(0, [0], [[1, 2]])], max_tokens_per_pass=0)
     assert score_encoded(model, encoded, []) == []
+
+
+# --------------------------------------------------------------------------- shared layout
+# Rows read their trace's KV cache in place (`rredcot.scoring.layout`); the scores stay exact.
+
+VOCAB = len(build_byte_tokenizer())
+
+
+def _check(table: torch.Tensor, naive: torch.Tensor, prune: Pruning | None, atol: float) -> None:
+    """Kept entries equal the naive scores; a dropped one (−inf) is naively below its bound."""
+    kept = torch.isfinite(table)
+    torch.testing.assert_close(table[kept], naive[kept], atol=atol, rtol=0)
+    if prune is None:
+        assert kept.all()
+        return
+    assert kept[:, prune.anchor].all()
+    bound = (naive[:, prune.anchor : prune.anchor + 1] - prune.nats).expand_as(naive)
+    assert (naive[~kept] < bound[~kept] + atol).all()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_shared_layout_matches_naive_property(data):
+    """Random traces (some sharing a prompt, lengths 0-24), queries at any states, any row
+    width and cap, with or without pruning (any first chunk and kept-token bound)."""
+    traces, queries = _draw_queries(data, VOCAB, max_len=24, max_cont=14, follows=True)
+    prune = None
+    if data.draw(st.booleans(), label="prune"):
+        prune = Pruning(
+            data.draw(st.sampled_from([1.0, 8.0, 1e9]), label="nats"),
+            data.draw(st.integers(1, 4), label="first_chunk"),
+            0,
+            data.draw(st.one_of(st.none(), st.integers(1, 20)), label="max_kept"),
+        )
+    row_tokens = data.draw(st.sampled_from([None, 0, 1, 5, 1000]), label="row_tokens")
+    cap = data.draw(st.one_of(st.none(), st.integers(1, 16)), label="cap")
+    encoded = encode_traces(_F64, [p for p, _ in traces], [r for _, r in traces])
+    got = score_encoded(
+        _F64,
+        encoded,
+        queries,
+        max_tokens_per_pass=cap,
+        row_tokens=row_tokens,
+        prune=prune,
+        layout="shared",
+    )
+    for query, table in zip(queries, got, strict=True):
+        prompt, response = traces[query.trace]
+        _check(table, _naive_query(_F64, prompt, response, query), prune, 1e-10)
+
+
+def _long_case(rng: random.Random) -> tuple[list[list[int]], list[list[int]], list[StateQuery]]:
+    """Traces of several lengths, one longer than the encoding's chunk, two sharing a prompt;
+    states spread over each trace, end included; continuations of 1-40 tokens."""
+    shared = _ids(rng, 6, VOCAB)
+    prompts = [shared, _ids(rng, 3, VOCAB), shared]
+    responses = [_ids(rng, ENCODE_CHUNK + 44, VOCAB), _ids(rng, 9, VOCAB), _ids(rng, 61, VOCAB)]
+    queries = []
+    for i, r in enumerate(responses):
+        t = len(r)
+        states = sorted({0, t // 3, t // 2, t - 1, t} - {-1})
+        queries.append(StateQuery(i, states, [_ids(rng, n, VOCAB) for n in (3, 40, 1, 17)]))
+    return prompts, responses, queries
+
+
+@pytest.mark.parametrize(
+    ("impl", "dtype", "atol"),
+    [
+        ("sdpa", torch.float32, 1e-4),
+        ("eager", torch.float32, 1e-4),
+        ("sdpa", torch.float64, 1e-10),
+        ("eager", torch.float64, 1e-5),  # float32 softmax over 40-token continuations
+    ],
+)
+@pytest.mark.parametrize("prune", [None, Pruning(4.0, first_chunk=2)])
+def test_shared_layout_matches_naive_and_packed_on_long_traces(impl, dtype, atol, prune):
+    model = _model(impl, dtype)
+    prompts, responses, queries = _long_case(random.Random(11))
+    encoded = encode_traces(model, prompts, responses)
+    shared = score_encoded(model, encoded, queries, prune=prune, layout="shared")
+    packed = score_encoded(model, encoded, queries, prune=prune, layout="packed")
+    for query, got, old in zip(queries, shared, packed, strict=True):
+        naive = _naive_query(model, prompts[query.trace], responses[query.trace], query)
+        _check(got, naive, prune, atol)
+        torch.testing.assert_close(got, old, atol=2 * atol, rtol=0)  # same −inf entries too
+
+
+def test_shared_layout_under_lora_scores_the_adapted_policy(with_lora):
+    """A peft model (base ⊕ adapter): the shared rows run the adapter too, pruned or not."""
+    adapted = with_lora(_F64).eval()
+    rng = random.Random(4)
+    specs = [
+        TraceSpec(
+            _ids(rng, 4, VOCAB),
+            _ids(rng, n, VOCAB),
+            [0, n // 2, n],
+            [_ids(rng, 2, VOCAB), _ids(rng, 11, VOCAB)],
+        )
+        for n in (5, 30)
+    ]
+    for prune in (None, Pruning(6.0, first_chunk=3)):
+        encoded = encode_traces(
+            adapted, [s.prompt_ids for s in specs], [s.response_ids for s in specs]
+        )
+        queries = [StateQuery(i, s.boundaries, s.continuations) for i, s in enumerate(specs)]
+        got = score_encoded(adapted, encoded, queries, prune=prune)
+        base = score_encoded(
+            _F64,
+            encode_traces(_F64, [s.prompt_ids for s in specs], [s.response_ids for s in specs]),
+            queries,
+        )
+        for spec, query, table, on_base in zip(specs, queries, got, base, strict=True):
+            naive = _naive_query(adapted, list(spec.prompt_ids), list(spec.response_ids), query)
+            _check(table, naive, prune, 1e-10)
+            assert (table[:, 0] - on_base[:, 0]).abs().max() > 1e-3  # the adapter matters
+    assert score_states_batch(adapted, specs)[1].shape == (3, 2)
+
+
+class _KeySpy:
+    """Records the storage and length of the keys every attention call receives."""
+
+    def __init__(self, impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[int, int]] = []
+        if impl == "eager":  # the model's module-level default, not in the registry
+            self.original = qwen3.eager_attention_forward
+            monkeypatch.setattr(qwen3, "eager_attention_forward", self)
+        else:
+            self.original = ALL_ATTENTION_FUNCTIONS[impl]
+            monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, impl, self)
+
+    def __call__(self, module, query, key, value, *args, **kwargs):
+        self.calls.append((key.untyped_storage().data_ptr(), key.shape[2]))
+        return self.original(module, query, key, value, *args, **kwargs)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_shared_rows_read_the_trace_cache_in_place_packed_rows_copy_it(impl, monkeypatch):
+    """Continuation passes of the shared layout hand the attention views of the encoding's own
+    key buffers (one storage per layer, however many rows), each as long as its row's span plus
+    its row; the packed layout's rows get fresh copies. States end well before the traces'
+    ends, so every row has room to be written in place."""
+    model = _model(impl)
+    rng = random.Random(9)
+    prompts, responses = (
+        [_ids(rng, 5, VOCAB), _ids(rng, 3, VOCAB)],
+        [_ids(rng, 60, VOCAB), _ids(rng, 50, VOCAB)],
+    )
+    queries = [
+        StateQuery(
+            i, [0, 7, 15, 22], [_ids(rng, 6, VOCAB), _ids(rng, 4, VOCAB), _ids(rng, 9, VOCAB)]
+        )
+        for i in (0, 1)
+    ]
+    encoded = encode_traces(model, prompts, responses)
+    buffers = {k.untyped_storage().data_ptr() for k in encoded.keys}
+    for layout, prune in (("shared", None), ("shared", Pruning(1e9, 2)), ("packed", None)):
+        spy = _KeySpy(impl, monkeypatch)
+        score_encoded(model, encoded, queries, row_tokens=8, prune=prune, layout=layout)
+        monkeypatch.undo()
+        seen = {ptr for ptr, _ in spy.calls}
+        if layout == "shared":
+            assert len(spy.calls) // len(encoded.keys) > 2 * len(queries)  # rows (= passes)
+            assert seen <= buffers  # no row got a copy of its trace's cache
+            assert max(n for _, n in spy.calls) <= encoded.keys[0].shape[2]
+        else:
+            assert not seen & buffers
+
+
+def test_shared_scoring_leaves_the_encoding_as_it_was():
+    """Rows are written into the trace's cache for their pass and put back: after scoring
+    (pruning rounds, states at the traces' ends) the encoding is bit for bit the same."""
+    prompts, responses, queries = _long_case(random.Random(2))
+    encoded = encode_traces(_F64, prompts, responses)
+    before = EncodedTraces(
+        encoded.prompt_ids,
+        encoded.response_ids,
+        encoded.prompt_width,
+        [k.clone() for k in encoded.keys],
+        [v.clone() for v in encoded.values],
+        encoded.hidden.clone(),
+        encoded.forward_tokens,
+    )
+    first = score_encoded(_F64, encoded, queries, prune=Pruning(3.0, first_chunk=2))
+    for got, want in zip(encoded.keys + encoded.values, before.keys + before.values, strict=True):
+        assert torch.equal(got, want)
+    again = score_encoded(_F64, encoded, queries, prune=Pruning(3.0, first_chunk=2))
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_layout_must_be_known():
+    encoded = encode_traces(_F64, [[1, 2]], [[3, 4]])
+    with pytest.raises(ValueError, match="layout"):
+        score_encoded(_F64, encoded, [StateQuery(0, [0], [[1, 2]])], layout="tree")
+    with pytest.raises(ValueError, match="layout"):
+        score_states_batch(_F64, [], layout="tree")

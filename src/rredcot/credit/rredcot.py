@@ -9,14 +9,17 @@ s_k = x ⊕ τ_{<b_k} (k = 0 … K); nothing is generated:
               C*_j = U*_{≥j} ⊕ A ⊕ y* ⊕ close, j = 0 … J−1 (C*_0 = C*, the whole reference)
     Φ_k = w_R·R̂_k + w_v·v̂_k,  h_k = Φ_k − Φ_{k−1},  σ = redistribute(Φ, R)   (redistribution.py)
 
-The module has two layers:
+The estimator is split so that each equation has one home:
 
-- pure functions on log-prob tables (`ReferenceScores` -> `value_estimate`, `answer_reward`),
-  selected by name from `VALUE_VARIANTS`;
-- the model-facing `rredcot_credit` / `rredcot_credit_batch`, which build the continuations
-  from a `ReferencePath` (`build_continuations`) and score all of them at all states with
-  `rredcot.scoring.packed` (each trace encoded once, all states of all traces in a few batched
-  passes; state 0 once per prompt).
+- `rredcot_values`: pure functions on log-prob tables (`ReferenceScores` -> `value_estimate`,
+  `answer_reward`), the value variants selected by name from `VALUE_VARIANTS`;
+- `rredcot_config`: the config block (`RREDCoTConfig`);
+- `reference_paths`: the reference path and the continuations scored at a state;
+- this module: the model-facing `rredcot_credit` / `rredcot_credit_batch`, which build the
+  continuations from a `ReferencePath` (`build_continuations`) and score all of them at all
+  states with `rredcot.scoring.packed` (each trace encoded once, its suffix rows reading its
+  cache in place; state 0 once per prompt), then Φ, h and σ (`credit_from_scores`). Every
+  public name of the other three is re-exported here.
 
 Reconstructed choices (the paper's text was not available), each a config option:
 
@@ -50,513 +53,57 @@ from __future__ import annotations
 
 import math
 import random
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from numbers import Real
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from rredcot.credit.redistribution import (
-    RETURN_EQUIVALENCE,
     potential,
     raw_credit,
     redistribute,
 )
-
-# --------------------------------------------------------------------------- log-prob tables
-
-
-@dataclass(frozen=True)
-class ReferenceScores:
-    """Scored log-probs (float64, natural log) of the reference continuations at states 0 … K.
-
-    answer_now:  (K+1,)   log R̂_k: log π(y* ⊕ close | s_k ⊕ A) (conditional) or
-                 log π(A ⊕ y* ⊕ close [⊕ EOS] | s_k) (joint), as the config's `answer_now` says
-    suffixes:    (K+1, J) log π(C*_j | s_k), j = 0 … J−1; column 0 is the whole C*; or
-                 (K+1, m) for m suffixes sampled out of J (see suffix_weight)
-    path_prefix: (K+1,)   log π(U* ⊕ A | s_k); only `ref_answer_after_path` needs it
-    path_num_tokens: |C*| in tokens (EOS included when appended), one int or one per state
-        (K+1,) when the join rule makes C* state-dependent; only `ref_path_geomean` needs it
-    suffix_weight: importance weight of each scored suffix in `ref_suffix_sum`, 1/(m·q(j)) =
-        J/m for m suffixes drawn uniformly out of J; 1 when all J are scored
-    """
-
-    answer_now: torch.Tensor
-    suffixes: torch.Tensor
-    path_prefix: torch.Tensor | None = None
-    path_num_tokens: int | torch.Tensor | None = None
-    suffix_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        w = self.suffix_weight
-        if isinstance(w, bool) or not isinstance(w, Real) or not math.isfinite(w) or w < 1:
-            raise ValueError(f"suffix_weight: expected a finite number ≥ 1 (J/m), got {w!r}")
-        object.__setattr__(self, "suffix_weight", float(w))
-        answer_now = torch.as_tensor(self.answer_now, dtype=torch.float64)
-        suffixes = torch.as_tensor(self.suffixes, dtype=torch.float64)
-        if answer_now.ndim != 1 or answer_now.numel() < 1:
-            raise ValueError(
-                f"answer_now: expected shape (K+1,) with K+1 ≥ 1, got {tuple(answer_now.shape)}"
-            )
-        n = answer_now.numel()
-        if suffixes.ndim != 2 or suffixes.shape[0] != n or suffixes.shape[1] < 1:
-            raise ValueError(
-                f"suffixes: expected shape (K+1, J) = ({n}, J ≥ 1), got {tuple(suffixes.shape)}"
-            )
-        _check_logprobs("answer_now", answer_now)
-        _check_logprobs("suffixes", suffixes)
-        object.__setattr__(self, "answer_now", answer_now)
-        object.__setattr__(self, "suffixes", suffixes)
-        if self.path_prefix is not None:
-            prefix = torch.as_tensor(self.path_prefix, dtype=torch.float64)
-            if prefix.shape != (n,):
-                raise ValueError(f"path_prefix: expected shape ({n},), got {tuple(prefix.shape)}")
-            _check_logprobs("path_prefix", prefix)
-            object.__setattr__(self, "path_prefix", prefix)
-        m = self.path_num_tokens
-        if m is not None:
-            if isinstance(m, bool):
-                m = None  # refused below
-            elif isinstance(m, int):
-                m = torch.full((n,), m, dtype=torch.float64)
-            else:
-                m = torch.as_tensor(m, dtype=torch.float64)
-            if m is None or m.shape != (n,) or (m < 1).any() or (m != m.round()).any():
-                raise ValueError(
-                    f"path_num_tokens: expected an integer ≥ 1 or ({n},) integers ≥ 1, got "
-                    f"{self.path_num_tokens!r}"
-                )
-            object.__setattr__(self, "path_num_tokens", m)
-
-    @property
-    def num_states(self) -> int:
-        """K + 1."""
-        return self.answer_now.numel()
-
-    @property
-    def num_suffixes(self) -> int:
-        """J."""
-        return self.suffixes.shape[1]
-
-
-def _check_logprobs(name: str, t: torch.Tensor) -> None:
-    """Log-probabilities are ≤ 0 (a little float slack) and never NaN or +inf; −inf is allowed."""
-    if torch.isnan(t).any() or (t > 1e-6).any():
-        raise ValueError(f"{name}: log-probabilities must be ≤ 0 and not NaN, got {t.tolist()}")
-
-
-def answer_reward(scores: ReferenceScores) -> torch.Tensor:
-    """R̂_k = exp(answer_now): (K+1,) (conditional or joint, whichever was scored)."""
-    return scores.answer_now.exp()
-
-
-# --------------------------------------------------------------------------- value variants
-
-
-def _ref_suffix_sum(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = Σ_j π(C*_j | s_k): the IS estimate with q uniform over the J suffixes (default).
-
-    With m of the J suffixes sampled (suffix_weight = J/m): v̂_k = (J/m)·Σ_{j∈S} π(C*_j | s_k),
-    unbiased for the sum over all J.
-    """
-    return (torch.logsumexp(scores.suffixes, dim=1) + math.log(scores.suffix_weight)).exp()
-
-
-def _ref_suffix_max(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = max_j π(C*_j | s_k): the best-aligned suffix."""
-    return scores.suffixes.max(dim=1).values.exp()
-
-
-def _ref_path_geomean(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = exp(log π(C* | s_k) / |C*|): per-token (length-normalised) likelihood of C*."""
-    if scores.path_num_tokens is None:
-        raise ValueError("path_num_tokens: ref_path_geomean needs the token count |C*|")
-    return (scores.suffixes[:, 0] / scores.path_num_tokens).exp()
-
-
-def _ref_path_joint(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = π(C* | s_k): the IS estimate with q a point mass on C* (underflows when long)."""
-    return scores.suffixes[:, 0].exp()
-
-
-def _ref_answer_after_path(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = π(y* ⊕ close | s_k ⊕ U* ⊕ A) = π(C* | s_k) / π(U* ⊕ A | s_k).
-
-    With EOS appended to C*, the answer scored here ends with EOS as well.
-    """
-    if scores.path_prefix is None:
-        raise ValueError("path_prefix: ref_answer_after_path needs log π(U* ⊕ A | s_k)")
-    return (scores.suffixes[:, 0] - scores.path_prefix).exp()
-
-
-def _ref_path_ratio(scores: ReferenceScores) -> torch.Tensor:
-    """v̂_k = log π(C* | s_k) − log π(C* | s_0): information gain about C* (nats), v̂_0 = 0.
-
-    A log-ratio, not a probability: it enters Φ_k = w_R·R̂_k + w_v·v̂_k as is, so h_k gets
-    w_v·(log π(C* | s_k) − log π(C* | s_{k−1})) and w_v sets the exchange rate between nats and
-    reward. It is −inf where π(C* | s_k) underflows to 0, which `potential` refuses.
-    """
-    logp = scores.suffixes[:, 0]
-    return logp - logp[0]
-
-
-PRUNABLE: tuple[str, ...] = ("ref_suffix_sum", "ref_suffix_max")
-"""Value variants that only add up or compare suffix probabilities, so a suffix far below R̂_k
-may count as 0 (`RREDCoTConfig.prune_nats`)."""
-
-VALUE_VARIANTS: dict[str, Callable[[ReferenceScores], torch.Tensor]] = {
-    "ref_suffix_sum": _ref_suffix_sum,
-    "ref_suffix_max": _ref_suffix_max,
-    "ref_path_geomean": _ref_path_geomean,
-    "ref_path_joint": _ref_path_joint,
-    "ref_answer_after_path": _ref_answer_after_path,
-    "ref_path_ratio": _ref_path_ratio,
-}
-
-
-def value_estimate(variant: str, scores: ReferenceScores) -> torch.Tensor:
-    """v̂ (K+1,) for the value variant named `variant` (see `VALUE_VARIANTS` and METHOD.md §3)."""
-    if variant not in VALUE_VARIANTS:
-        raise ValueError(
-            f"value: {variant!r} is not a value variant; choose one of {list(VALUE_VARIANTS)}"
-        )
-    return VALUE_VARIANTS[variant](scores)
-
-
-# --------------------------------------------------------------------------- config
-
-
-JOIN_RULES: tuple[str, ...] = ("line", "verbatim")
-ANSWER_NOW: tuple[str, ...] = ("conditional", "joint")
-STATE_KINDS: tuple[str, ...] = ("newline", "line_end", "mid_line")
-"""A state's text ends with "\\n" | ends a line (the response goes on with "\\n", or ends) |
-ends inside a line."""
-
-
-@dataclass(frozen=True)
-class RREDCoTConfig:
-    """The `estimator.rredcot` config block (METHOD.md §3); every field has a default."""
-
-    value: str = "ref_suffix_sum"
-    """Continuation-value variant, one of `VALUE_VARIANTS`."""
-    w_R: float = 1.0  # noqa: N815 (the symbol of METHOD.md)
-    """Weight of the answer-now reward R̂ in the potential Φ."""
-    w_v: float = 1.0
-    """Weight of the continuation value v̂ in the potential Φ."""
-    return_equivalence: str = "terminal_correction"
-    """How σ is made to sum to the return: terminal_correction (Σσ = R − Φ_0) | rescale (Σσ = R)."""
-    answer_now: str = "conditional"
-    """R̂_k: conditional π(y* ⊕ close | s_k ⊕ A) | joint π(A ⊕ y* ⊕ close [⊕ EOS] | s_k)."""
-    eps: float = 1e-8
-    """`rescale` falls back to the terminal correction when |Σ_k h_k| ≤ eps."""
-    end_with_eos: bool = True
-    """Append EOS to the answer-now continuation and every C*_j (disjoint events, lower bound)."""
-    join: str = "line"
-    """How a continuation meets a state: line (start it on a new line) | verbatim (module doc)."""
-    max_tokens_per_pass: int | None = None
-    """Cap on tokens per forward pass of the scorer, rows × width with padding (memory); None:
-    passes are cut by padding only."""
-    suffixes: str | int = "all"
-    """Reference suffixes scored per state: "all" (the J of them: exact) or a number m ≥ 1:
-    m of the J drawn uniformly without replacement (the same for all states of a trace and all
-    traces of a prompt in one call), v̂_k = (J/m)·Σ_{j∈S} π(C*_j | s_k), unbiased for
-    ref_suffix_sum's v̂ at about m/J of its scoring cost; m ≥ J scores all. ref_suffix_sum only."""
-    prune_nats: float | None = 30.0
-    """Stop scoring a reference suffix once its running log-prob at a state is this many nats
-    below the answer-now log R̂_k (`rredcot.scoring.packed.Pruning`): it counts as 0, and Φ_k
-    loses less than J·e^−nats·R̂_k (30: J·10⁻¹³ of R̂_k). None scores every suffix in full.
-    Applies to ref_suffix_sum and ref_suffix_max; the other variants read log π(C* | s_k)
-    itself and always score it in full."""
-    prune_first_chunk: int = 16
-    """Pruning: suffix tokens scored before the first check; each later round doubles it."""
-    prune_max_kept_tokens: int | None = None
-    """Pruning: most suffix tokens whose keys and values are kept between rounds at once (the
-    suffixes are taken in waves whose full lengths add up to at most this; memory on a GPU).
-    None: all at once."""
-
-    def __post_init__(self) -> None:
-        if self.value not in VALUE_VARIANTS:
-            raise ValueError(
-                f"estimator.rredcot.value: {self.value!r} is not allowed; choose one of "
-                f"{list(VALUE_VARIANTS)}"
-            )
-        if self.return_equivalence not in RETURN_EQUIVALENCE:
-            raise ValueError(
-                f"estimator.rredcot.return_equivalence: {self.return_equivalence!r} is not "
-                f"allowed; choose one of {list(RETURN_EQUIVALENCE)}"
-            )
-        if self.answer_now not in ANSWER_NOW:
-            raise ValueError(
-                f"estimator.rredcot.answer_now: {self.answer_now!r} is not allowed; choose one "
-                f"of {list(ANSWER_NOW)}"
-            )
-        if self.join not in JOIN_RULES:
-            raise ValueError(
-                f"estimator.rredcot.join: {self.join!r} is not allowed; choose one of "
-                f"{list(JOIN_RULES)}"
-            )
-        for name in ("w_R", "w_v", "eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-                raise ValueError(
-                    f"estimator.rredcot.{name}: expected a finite number, got {value!r}"
-                )
-            object.__setattr__(self, name, float(value))
-        if self.eps < 0:
-            raise ValueError(f"estimator.rredcot.eps: expected a number ≥ 0, got {self.eps!r}")
-        if not isinstance(self.end_with_eos, bool):
-            raise ValueError(
-                f"estimator.rredcot.end_with_eos: expected true or false, got {self.end_with_eos!r}"
-            )
-        m = self.suffixes
-        if m != "all" and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ValueError(
-                f'estimator.rredcot.suffixes: expected "all" or an integer ≥ 1, got {m!r}'
-            )
-        if m != "all" and self.value != "ref_suffix_sum":
-            raise ValueError(
-                f"estimator.rredcot.suffixes: sampling {m} suffixes is unbiased for "
-                f'ref_suffix_sum only; value {self.value!r} needs suffixes: "all"'
-            )
-        nats = self.prune_nats
-        if nats is not None and (
-            isinstance(nats, bool)
-            or not isinstance(nats, Real)
-            or not math.isfinite(nats)
-            or nats <= 0
-        ):
-            raise ValueError(
-                f"estimator.rredcot.prune_nats: expected a number > 0 or None, got {nats!r}"
-            )
-        chunk = self.prune_first_chunk
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(
-                f"estimator.rredcot.prune_first_chunk: expected an integer ≥ 1, got {chunk!r}"
-            )
-        kept = self.prune_max_kept_tokens
-        if kept is not None and (isinstance(kept, bool) or not isinstance(kept, int) or kept < 1):
-            raise ValueError(
-                f"estimator.rredcot.prune_max_kept_tokens: expected an integer ≥ 1 or None, "
-                f"got {kept!r}"
-            )
-        cap = self.max_tokens_per_pass
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(
-                f"estimator.rredcot.max_tokens_per_pass: expected an integer ≥ 1 or None, "
-                f"got {cap!r}"
-            )
-
-    @classmethod
-    def from_dict(cls, mapping: Mapping[str, Any]) -> RREDCoTConfig:
-        """Build from a config mapping (e.g. `config["estimator"]["rredcot"]`); unknown keys
-        are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown estimator.rredcot key(s) {unknown}; allowed: {allowed}")
-        return cls(**mapping)
-
-
-# --------------------------------------------------------------------------- reference path
-
-_AFTER_NEWLINE = re.compile(r"(?<=\n)")
-
-
-def split_lines(text: str) -> list[str]:
-    """One segment per line, each keeping its own trailing newline(s).
-
-    Blank lines join the line before them (a leading run of blank lines joins the first line),
-    so every segment holds some non-space text; "".join(segments) == text.
-    """
-    segments: list[str] = []
-    pending = ""  # leading blank lines waiting for the first line with text
-    for piece in _AFTER_NEWLINE.split(text):
-        if not piece:
-            continue
-        if piece.strip():
-            segments.append(pending + piece)
-            pending = ""
-        elif segments:
-            segments[-1] += piece
-        else:
-            pending += piece
-    if pending:  # the whole text is blank space
-        segments.append(pending)
-    return segments
-
-
-@dataclass(frozen=True)
-class ReferencePath:
-    """The reference solution (U*, y*) that the value estimate follows.
-
-    segments: U* split into J ≥ 1 segments U*_0 … U*_{J−1} (any segmentation; their
-    concatenation is U*); answer: y*, the gold answer text.
-    """
-
-    segments: tuple[str, ...]
-    answer: str
-
-    def __post_init__(self) -> None:
-        segments = self.segments
-        if isinstance(segments, str) or not isinstance(segments, Sequence):
-            raise ValueError(f"segments: expected a list of strings, got {segments!r}")
-        segments = tuple(segments)
-        if not segments:
-            raise ValueError("segments: U* needs at least one segment (J ≥ 1)")
-        bad = [j for j, s in enumerate(segments) if not isinstance(s, str) or not s]
-        if bad:
-            raise ValueError(f"segments: entries {bad} are empty or not strings")
-        if not isinstance(self.answer, str) or not self.answer.strip():
-            raise ValueError(f"answer: expected a non-empty string y*, got {self.answer!r}")
-        object.__setattr__(self, "segments", segments)
-
-    @classmethod
-    def from_text(
-        cls, reasoning: str, answer: str, segments: Sequence[str] | None = None
-    ) -> ReferencePath:
-        """U* = `reasoning`, split by `segments` (must concatenate to it) or one line each."""
-        if not isinstance(reasoning, str) or not reasoning:
-            raise ValueError(f"reasoning: expected a non-empty string U*, got {reasoning!r}")
-        if segments is None:
-            return cls(tuple(split_lines(reasoning)), answer)
-        if "".join(segments) != reasoning:
-            raise ValueError("segments: their concatenation must equal the reasoning text U*")
-        return cls(tuple(segments), answer)
-
-    @classmethod
-    def from_row(
-        cls, task: Any, row: Mapping[str, Any], segments: Sequence[str] | None = None
-    ) -> ReferencePath:
-        """From a normalized data row: U* from `task.reference_reasoning(row)`, y* = row answer."""
-        if not hasattr(task, "reference_reasoning"):
-            raise ValueError(
-                f"task {getattr(task, 'name', task)!r}: has no reference_reasoning(row); build "
-                f"the ReferencePath with from_text(reasoning, answer)"
-            )
-        return cls.from_text(task.reference_reasoning(row), str(row["answer"]), segments)
-
-    @property
-    def reasoning(self) -> str:
-        """U*."""
-        return "".join(self.segments)
-
-    @property
-    def num_segments(self) -> int:
-        """J."""
-        return len(self.segments)
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in STATE_KINDS:
-        raise ValueError(f"state kind: {kind!r} is not one of {list(STATE_KINDS)}")
-
-
-def join_at_state(continuation: str, kind: str, rule: str = "line") -> str:
-    """The text appended to a state of `kind` (`STATE_KINDS`) under the join rule.
-
-    line: after a state ending in "\\n", drop one leading "\\n" (no blank line); after a state
-    that ends a line, start the continuation with "\\n" if it does not already; after a
-    mid-line state, drop one leading "\\n" (no newline forced into a step). verbatim: unchanged.
-    """
-    if rule not in JOIN_RULES:
-        raise ValueError(f"join: {rule!r} is not allowed; choose one of {list(JOIN_RULES)}")
-    _check_kind(kind)
-    if rule == "verbatim":
-        return continuation
-    if kind in ("newline", "mid_line"):
-        return continuation.removeprefix("\n")
-    return continuation if continuation.startswith("\n") else "\n" + continuation
-
-
-@dataclass(frozen=True)
-class Continuations:
-    """Token ids of the continuations scored at one kind of state.
-
-    answer_now: A ⊕ y* ⊕ close [⊕ EOS] (the joint answer-now); suffixes[j]: C*_j [⊕ EOS] for
-    j = 0 … J−1 (suffixes[0] is the whole C*); path_prefix: U* ⊕ A (no EOS), or None when not
-    built; trigger and answer_body: A and A ⊕ y* ⊕ close (no EOS), whose difference is the
-    conditional log π(y* ⊕ close | s ⊕ A), or None when not built. texts: the same
-    continuations as text (before EOS), in the order of `all_ids`.
-    """
-
-    answer_now: list[int]
-    suffixes: list[list[int]]
-    path_prefix: list[int] | None
-    texts: list[str]
-    trigger: list[int] | None = None
-    answer_body: list[int] | None = None
-
-    def all_ids(self) -> list[list[int]]:
-        """[answer_now, C*_0 … C*_{J−1}, (U* ⊕ A), (A, A ⊕ y* ⊕ close)]: the scored columns."""
-        ids = [self.answer_now, *self.suffixes]
-        if self.path_prefix is not None:
-            ids.append(self.path_prefix)
-        if self.trigger is not None and self.answer_body is not None:
-            ids.extend([self.trigger, self.answer_body])
-        return ids
-
-
-def build_continuations(
-    task: Any,
-    reference: ReferencePath,
-    tokenizer: Any,
-    *,
-    end_with_eos: bool = True,
-    state_kind: str = "line_end",
-    join: str = "line",
-    with_path_prefix: bool = False,
-    with_conditional: bool = False,
-) -> Continuations:
-    """Token ids of answer-now, the J suffixes C*_j = U*_{≥j} ⊕ A ⊕ y* ⊕ close and U* ⊕ A.
-
-    A and close are `task.answer_trigger` and `task.answer_close`. Each continuation is joined
-    to the state by `join` (`join_at_state`) and tokenized as one whole string without special
-    tokens (a BPE tokenizer may merge across the state/continuation junction: that is the
-    caller's concern; the byte tokenizer is exact); EOS is appended when `end_with_eos`.
-    `with_path_prefix` also builds U* ⊕ A, checked to be a token prefix of C*_0 so that
-    log π(C*_0) − log π(U* ⊕ A) scores exactly y* ⊕ close [⊕ EOS] after U* ⊕ A.
-    `with_conditional` also builds A and A ⊕ y* ⊕ close (no EOS), A checked to be a token
-    prefix, for the conditional answer-now log π(y* ⊕ close | s ⊕ A).
-    """
-    trigger, close = task.answer_trigger, task.answer_close
-    if end_with_eos and tokenizer.eos_token_id is None:
-        raise ValueError("tokenizer: has no eos token, but end_with_eos is set")
-    answer = trigger + reference.answer + close
-    segs = reference.segments
-    suffix_texts = ["".join(segs[j:]) + answer for j in range(len(segs))]
-    texts = [answer, *suffix_texts]
-    if with_path_prefix:
-        texts.append(reference.reasoning + trigger)
-    if with_conditional:
-        texts.extend([trigger, answer])
-    texts = [join_at_state(t, state_kind, join) for t in texts]
-
-    def encode(text: str, eos: bool) -> list[int]:
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        return ids + [tokenizer.eos_token_id] if eos else ids
-
-    ids = [encode(t, end_with_eos) for t in texts[: 1 + len(segs)]]  # answer_now, C*_j
-    n = 1 + len(segs)
-    path_prefix = trigger_ids = body_ids = None
-    if with_path_prefix:
-        path_prefix = encode(texts[n], False)
-        whole = ids[1]
-        if len(path_prefix) >= len(whole) or whole[: len(path_prefix)] != path_prefix:
-            raise ValueError(
-                "tokenizer: U* ⊕ A does not tokenize to a prefix of C*; ref_answer_after_path "
-                "cannot split log π(C*) into path and answer with this tokenizer"
-            )
-    if with_conditional:
-        trigger_ids, body_ids = encode(texts[-2], False), encode(texts[-1], False)
-        if len(trigger_ids) >= len(body_ids) or body_ids[: len(trigger_ids)] != trigger_ids:
-            raise ValueError(
-                "tokenizer: A does not tokenize to a prefix of A ⊕ y* ⊕ close; the conditional "
-                "answer-now cannot be split off with this tokenizer (use answer_now: joint)"
-            )
-    return Continuations(ids[0], ids[1:n], path_prefix, texts, trigger_ids, body_ids)
-
+from rredcot.credit.reference_paths import (
+    Continuations,
+    ReferencePath,
+    build_continuations,
+    join_at_state,
+    split_lines,
+)
+from rredcot.credit.rredcot_config import ANSWER_NOW, JOIN_RULES, STATE_KINDS, RREDCoTConfig
+from rredcot.credit.rredcot_values import (
+    PRUNABLE,
+    VALUE_VARIANTS,
+    ReferenceScores,
+    answer_reward,
+    value_estimate,
+)
+
+__all__ = [
+    "ANSWER_NOW",
+    "JOIN_RULES",
+    "PRUNABLE",
+    "STATE_KINDS",
+    "VALUE_VARIANTS",
+    "Continuations",
+    "ReferencePath",
+    "ReferenceScores",
+    "RREDCoTConfig",
+    "RREDCoTResult",
+    "Trace",
+    "answer_reward",
+    "build_continuations",
+    "credit_from_scores",
+    "draw_suffixes",
+    "join_at_state",
+    "rredcot_credit",
+    "rredcot_credit_batch",
+    "rredcot_variants_batch",
+    "split_lines",
+    "state_kinds",
+    "value_estimate",
+]
 
 # --------------------------------------------------------------------------- model-facing
 
@@ -826,6 +373,7 @@ def _credit_batch(
         max_tokens_per_pass=config.max_tokens_per_pass,
         prune=prune,
         tokens=run,
+        layout=config.layout,
     )
     for t, n in zip(asked_by, run, strict=True):
         tokens[t] += n

@@ -41,6 +41,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig
 from trl.distributed import DistributedBackend
 
+from rredcot.config import check_choices
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
@@ -260,12 +261,7 @@ class TrainingSettings:
             "device": DEVICES,
             "vllm_mode": VLLM_MODES,
         }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"training.{name}: {getattr(self, name)!r} is not allowed; choose one of "
-                    f"{list(allowed)}"
-                )
+        check_choices("training", self, choices)
         error = settings_error({f.name: getattr(self, f.name) for f in fields(self)})
         if error is not None:
             raise ValueError(error)

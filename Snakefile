@@ -3,12 +3,27 @@
 # evaluation -> tables. See README.md for the artifacts.
 
 
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
 configfile: "config.yaml"
+
+
+# A rehearsal overlay (configs/rehearsal.yaml) names the config it rehearses: that config goes
+# between config.yaml and the command line's config files, which stay on top.
+if config.get("rehearses"):
+    _rehearsed = Path(workflow.basedir) / config["rehearses"]
+    if not _rehearsed.is_file():
+        raise ValueError(
+            f"config key 'rehearses': {config['rehearses']!r} is not a config file of the "
+            f"repository (paths start from {workflow.basedir})"
+        )
+
+    configfile: str(_rehearsed)
 
 
 report: "workflow/report/workflow.rst"

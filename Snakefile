@@ -17,6 +17,12 @@ configfile: "config.yaml"
 # between config.yaml and the command line's config files, which stay on top.
 if config.get("rehearses"):
     _rehearsed = Path(workflow.basedir) / config["rehearses"]
+    _default = Path(workflow.basedir, "config.yaml").resolve()
+    if any(Path(f).resolve() == _default for f in workflow.overwrite_configfiles):
+        raise ValueError(
+            "config key 'rehearses': leave config.yaml off the command line; it is read "
+            "first, and given again it would override the rehearsed config"
+        )
     if not _rehearsed.is_file():
         raise ValueError(
             f"config key 'rehearses': {config['rehearses']!r} is not a config file of the "

@@ -168,7 +168,11 @@ if config["stand_in"]["training_rows"] and TRAIN_DATA not in KNOWN_TRAINING_SETS
         f"training set {list(KNOWN_TRAINING_SETS)}; set it to null"
     )
 for _error in (
-    None if config["stand_in"]["model"] else model_path_error(config["model"]["name_or_path"]),
+    (
+        None
+        if config["stand_in"]["model"]
+        else model_path_error(config["model"]["name_or_path"])
+    ),
     mirror_error(config["data"]["mirror"]) if _registry_used else None,
 ):
     if _error is not None:
@@ -195,9 +199,48 @@ def training_set_input(wildcards) -> dict[str, str]:
     return mirror_input(wildcards.dataset)
 
 
+def stand_in_source(wildcards) -> dict[str, str]:
+    """The mirrored benchmark the stand-in training set is written from."""
+    found = mirror_input(STAND_IN_SOURCE)
+    if not found:
+        raise ConfigError(
+            f"config key 'stand_in.training_rows': the stand-in training set is written from "
+            f"the mirror's {STAND_IN_SOURCE}.jsonl, which {mirror_dir(config['data']['mirror'])} "
+            "lacks"
+        )
+    return found
+
+
 def base_model_input(wildcards) -> dict[str, str]:
     """What fetch_base_model copies from the workflow itself: the rehearsal's stand-in model."""
     return {"model": STAND_IN_MODEL} if config["stand_in"]["model"] else {}
+
+
+def lora_targets() -> dict:
+    """The runs' LoRA `target_modules` lists by the config key that sets them ("all-linear"
+    fits any model and needs no check)."""
+    targets = {}
+    for name in TRAINING_METHODS:
+        lora = training_settings(name, config["training"]["seeds"][0]).get("lora")
+        modules = (lora or {}).get("target_modules", "all-linear")
+        if isinstance(modules, str):
+            continue
+        if "lora" in VARIANTS.get(name, {}):
+            key = f"training.variants.{list(VARIANTS).index(name)}.lora"
+        elif "lora" in config["training"]["per_method"].get(base_method(name), {}):
+            key = f"training.per_method.{base_method(name)}.lora"
+        else:
+            key = "training.lora"
+        targets[f"{key}.target_modules"] = modules
+    return targets
+
+
+LORA_CHECK = "results/models/lora_targets.json"
+
+
+def lora_check_input(wildcards) -> dict[str, str]:
+    """The LoRA target check a training run waits for (none when no run names modules)."""
+    return {"lora_check": LORA_CHECK} if lora_targets() else {}
 
 
 def task_of(name: str) -> str:

@@ -51,7 +51,7 @@ rule prepare_benchmark:
 
 rule stand_in_training_set:
     input:
-        unpack(lambda w: mirror_input(STAND_IN_SOURCE)),
+        unpack(stand_in_source),
     output:
         rows=f"{STAND_IN_MIRROR}/{{dataset}}.jsonl",
     log:

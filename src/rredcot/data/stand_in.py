@@ -40,8 +40,12 @@ def stand_in_rows(source: Iterable[Mapping[str, Any]], n: int) -> list[dict[str,
         if boxed is None:
             raise ValueError(f"row {row.get('id')!r}: no \\boxed answer in {text[-80:]!r}")
         rows.append(
-            {"id": f"stand_in-{row['id']}", "problem": row["problem"], "answer": boxed,
-             "solution": text}
+            {
+                "id": f"stand_in-{row['id']}",
+                "problem": row["problem"],
+                "answer": boxed,
+                "solution": text,
+            }
         )
     if len(rows) < n:
         raise ValueError(f"stand-in training set: the source has {len(rows)} usable rows, need {n}")

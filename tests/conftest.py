@@ -110,8 +110,8 @@ def vllm_output(index, text, token_ids, finish_reason, stop_reason=None, logprob
     """One vLLM `CompletionOutput` (the fields our backend and TRL read)."""
     steps = None
     if logprobs is not None:
-        steps = [
-            {t: SimpleNamespace(logprob=lp, rank=1)}
+        steps = [  # vLLM's Logprob: the sampled token's log-prob, rank and text
+            {t: SimpleNamespace(logprob=lp, rank=1, decoded_token=f"<{t}>")}
             for t, lp in zip(token_ids, logprobs, strict=True)
         ]
     return SimpleNamespace(
@@ -172,13 +172,15 @@ class FakeVLLM(ModuleType):
                     return outs
                 assert len(sampling_params) == len(prompts)
                 return [
-                    SimpleNamespace(
+                    SimpleNamespace(  # a RequestOutput carries its prompt (text and ids)
+                        prompt=prompts[p],
+                        prompt_token_ids=list(prompts[p].encode()),
                         outputs=[
                             vllm_output(
                                 s, f"p{p}s{s}", [10 + s, fake.EOS], "stop", None, [-0.5, -0.1]
                             )
                             for s in range(sp["n"])
-                        ]
+                        ],
                     )
                     for p, sp in enumerate(sampling_params)
                 ]

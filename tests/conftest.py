@@ -196,9 +196,12 @@ class FakeVLLM(ModuleType):
 @pytest.fixture()
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
     """The fake vllm package, importable as `vllm` and installed where TRL's engine looks."""
+    # TRL first: its import looks vllm up with importlib.util.find_spec, which fails on a module
+    # without a spec (a real vllm has one)
+    from trl.generation import vllm_generation
+
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    from trl.generation import vllm_generation
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
     monkeypatch.setattr(vllm_generation, "LLM", fake.LLM, raising=False)

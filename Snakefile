@@ -3,12 +3,33 @@
 # evaluation -> tables. See README.md for the artifacts.
 
 
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
 configfile: "config.yaml"
+
+
+# A rehearsal overlay (configs/rehearsal.yaml) names the config it rehearses: that config goes
+# between config.yaml and the command line's config files, which stay on top.
+if config.get("rehearses"):
+    _rehearsed = Path(workflow.basedir) / config["rehearses"]
+    _default = Path(workflow.basedir, "config.yaml").resolve()
+    if any(Path(f).resolve() == _default for f in workflow.overwrite_configfiles):
+        raise ValueError(
+            "config key 'rehearses': leave config.yaml off the command line; it is read "
+            "first, and given again it would override the rehearsed config"
+        )
+    if not _rehearsed.is_file():
+        raise ValueError(
+            f"config key 'rehearses': {config['rehearses']!r} is not a config file of the "
+            f"repository (paths start from {workflow.basedir})"
+        )
+
+    configfile: str(_rehearsed)
 
 
 report: "workflow/report/workflow.rst"

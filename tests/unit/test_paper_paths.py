@@ -21,7 +21,7 @@ from datasets import Dataset
 
 from rredcot.data.schema import write_parquet
 from rredcot.models.loading import load_model, load_tokenizer
-from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.models.tokenizer import CHATML, build_chat_tokenizer
 from rredcot.references import compose_reference
 from rredcot.tasks import get_task
 from rredcot.tasks.math import INSTRUCTION
@@ -31,13 +31,6 @@ from rredcot.training.run import batch_layout, check_collectives, train_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# Qwen's ChatML turns (without its tool and thinking branches), rendered as bytes here.
-CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 PROBLEMS = [  # id, problem, gold answer, a worked solution in the dataset's \boxed{} style
     ("p0", "What is 2 + 3?", "5", "Add the two numbers: 2 + 3 = 5.\nSo the sum is $\\boxed{5}$."),
     (
@@ -54,9 +47,7 @@ def chat_model(tiny_checkpoint) -> Path:
     """A tiny random Qwen3 whose tokenizer carries a Qwen-style chat template, saved as a Hub
     checkpoint is (config, weights, tokenizer files)."""
     path = tiny_checkpoint("chat_qwen3", max_position_embeddings=1024)
-    tokenizer = build_byte_tokenizer()
-    tokenizer.chat_template = CHATML
-    tokenizer.save_pretrained(path)
+    build_chat_tokenizer().save_pretrained(path)
     return path
 
 

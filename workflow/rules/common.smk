@@ -153,8 +153,27 @@ _registry_used = [
     )
     if n in REGISTRY
 ]
+# The CPU rehearsal's stand-ins (`stand_in`): a tiny chat model built by a rule in place of
+# the Hub model, and the registry training set written from a mirrored benchmark.
+STAND_IN_MODEL = "results/stand_in/model"
+STAND_IN_MIRROR = "results/stand_in/mirror"
+STAND_IN_SOURCE = "gsm8k"
+if config["stand_in"]["model"] and config["model"]["name_or_path"] != STAND_IN_MODEL:
+    raise ConfigError(
+        f"config key 'model.name_or_path': {config['model']['name_or_path']!r}; with "
+        f"stand_in.model true it must be {STAND_IN_MODEL!r} (where the stand-in is built)"
+    )
+if config["stand_in"]["training_rows"] and TRAIN_DATA not in KNOWN_TRAINING_SETS:
+    raise ConfigError(
+        f"config key 'stand_in.training_rows': data.train {TRAIN_DATA!r} is not a registry "
+        f"training set {list(KNOWN_TRAINING_SETS)}; set it to null"
+    )
 for _error in (
-    model_path_error(config["model"]["name_or_path"]),
+    (
+        None
+        if config["stand_in"]["model"]
+        else model_path_error(config["model"]["name_or_path"])
+    ),
     mirror_error(config["data"]["mirror"]) if _registry_used else None,
 ):
     if _error is not None:
@@ -171,6 +190,58 @@ def mirror_input(name: str) -> dict[str, str]:
     mirror = mirror_dir(config["data"]["mirror"])
     path = None if mirror is None else mirror / f"{name}.jsonl"
     return {"mirror": str(path)} if path is not None and path.is_file() else {}
+
+
+def training_set_input(wildcards) -> dict[str, str]:
+    """The mirror file a registry training set is read from: the rehearsal's stand-in, or the
+    mirror's own copy (none: the Hub)."""
+    if config["stand_in"]["training_rows"]:
+        return {"mirror": f"{STAND_IN_MIRROR}/{wildcards.dataset}.jsonl"}
+    return mirror_input(wildcards.dataset)
+
+
+def stand_in_source(wildcards) -> dict[str, str]:
+    """The mirrored benchmark the stand-in training set is written from."""
+    found = mirror_input(STAND_IN_SOURCE)
+    if not found:
+        raise ConfigError(
+            f"config key 'stand_in.training_rows': the stand-in training set is written from "
+            f"the mirror's {STAND_IN_SOURCE}.jsonl, which {mirror_dir(config['data']['mirror'])} "
+            "lacks"
+        )
+    return found
+
+
+def base_model_input(wildcards) -> dict[str, str]:
+    """What fetch_base_model copies from the workflow itself: the rehearsal's stand-in model."""
+    return {"model": STAND_IN_MODEL} if config["stand_in"]["model"] else {}
+
+
+def lora_targets() -> dict:
+    """The runs' LoRA `target_modules` lists by the config key that sets them ("all-linear"
+    fits any model and needs no check)."""
+    targets = {}
+    for name in TRAINING_METHODS:
+        lora = training_settings(name, config["training"]["seeds"][0]).get("lora")
+        modules = (lora or {}).get("target_modules", "all-linear")
+        if isinstance(modules, str):
+            continue
+        if "lora" in VARIANTS.get(name, {}):
+            key = f"training.variants.{list(VARIANTS).index(name)}.lora"
+        elif "lora" in config["training"]["per_method"].get(base_method(name), {}):
+            key = f"training.per_method.{base_method(name)}.lora"
+        else:
+            key = "training.lora"
+        targets[f"{key}.target_modules"] = modules
+    return targets
+
+
+LORA_CHECK = "results/models/lora_targets.json"
+
+
+def lora_check_input(wildcards) -> dict[str, str]:
+    """The LoRA target check a training run waits for (none when no run names modules)."""
+    return {"lora_check": LORA_CHECK} if lora_targets() else {}
 
 
 def task_of(name: str) -> str:

@@ -49,9 +49,33 @@ rule prepare_benchmark:
         "--params {params.data} --out {output.table} > {log} 2>&1"
 
 
+rule stand_in_training_set:
+    input:
+        unpack(stand_in_source),
+    output:
+        rows=f"{STAND_IN_MIRROR}/{{dataset}}.jsonl",
+    log:
+        "results/logs/stand_in_training_set/{dataset}.log",
+    benchmark:
+        "results/benchmarks/stand_in_training_set/{dataset}.tsv"
+    wildcard_constraints:
+        dataset="|".join(KNOWN_TRAINING_SETS),
+    conda:
+        CONDA_ENV
+    threads: res("stand_in_training_set", "cpus_per_task")
+    resources:
+        mem_mb=res("stand_in_training_set", "mem_mb"),
+        runtime=res("stand_in_training_set", "runtime"),
+    params:
+        settings=arg({"rows": config["stand_in"]["training_rows"]}),
+    shell:
+        "python -m rredcot.steps.stand_in_training_set --source {input.mirror} "
+        "--params {params.settings} --out {output.rows} > {log} 2>&1"
+
+
 rule prepare_training_set:
     input:
-        unpack(lambda w: mirror_input(w.dataset)),
+        unpack(training_set_input),
     output:
         table="results/data/train/{dataset}.parquet",
     log:
@@ -74,6 +98,9 @@ rule prepare_training_set:
                 "max_malformed_fraction": config["data"]["max_malformed_fraction"],
                 "max_problems": config["data"].get("train_max_problems"),
                 "seed": config["seed"],
+                "mirror_dir": (
+                    STAND_IN_MIRROR if config["stand_in"]["training_rows"] else None
+                ),
             }
         ),
     shell:

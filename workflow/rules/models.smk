@@ -33,7 +33,28 @@ if uses_tiny_model():
 
 else:
 
+    rule stand_in_model:
+        output:
+            model=directory(STAND_IN_MODEL),
+        log:
+            "results/logs/stand_in_model.log",
+        benchmark:
+            "results/benchmarks/stand_in_model.tsv"
+        conda:
+            CONDA_ENV
+        threads: res("stand_in_model", "cpus_per_task")
+        resources:
+            mem_mb=res("stand_in_model", "mem_mb"),
+            runtime=res("stand_in_model", "runtime"),
+        params:
+            settings=arg({"seed": config["seed"], "arch": config["model"]["arch"]}),
+        shell:
+            "python -m rredcot.steps.stand_in_model --params {params.settings} "
+            "--out {output.model} > {log} 2>&1"
+
     rule fetch_base_model:
+        input:
+            unpack(base_model_input),
         output:
             model=directory(BASE_MODEL),
         log:

@@ -1,9 +1,32 @@
 # RL training: one run per (method, seed) from the base policy, on the train split's problems.
 
 
+rule check_lora_targets:
+    input:
+        model=BASE_MODEL,
+    output:
+        checked=LORA_CHECK,
+    log:
+        "results/logs/check_lora_targets.log",
+    benchmark:
+        "results/benchmarks/check_lora_targets.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("check_lora_targets", "cpus_per_task")
+    resources:
+        mem_mb=res("check_lora_targets", "mem_mb"),
+        runtime=res("check_lora_targets", "runtime"),
+    params:
+        targets=arg(lora_targets()),
+    shell:
+        "python -m rredcot.steps.check_lora_targets --model {input.model} "
+        "--params {params.targets} --out {output.checked} > {log} 2>&1"
+
+
 rule train_policy:
     input:
         unpack(curve_input),
+        unpack(lora_check_input),
         model=BASE_MODEL,
         train=training_problems,
     output:

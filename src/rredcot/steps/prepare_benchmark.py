@@ -22,7 +22,9 @@ def main() -> None:
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args()
     setup()
-    mirror = mirror_dir(args.params.get("mirror"))
+    # mirror_dir: a directory read instead of the mirror (the rehearsal's stand-in training set)
+    own = args.params.get("mirror_dir")
+    mirror = Path(own).absolute() if own else mirror_dir(args.params.get("mirror"))
     log.info("dataset %s; mirror %s", args.dataset, mirror)
     data = load_normalized(
         args.dataset,

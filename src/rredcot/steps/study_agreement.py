@@ -34,6 +34,20 @@ from rredcot.studies.agreement import (
 from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 
+# the agreement table's columns the log shows
+LOGGED = (
+    "target",
+    "aggregation",
+    "estimator",
+    "rho",
+    "ci95_low",
+    "ci95_high",
+    "diff_vs_reference",
+    "verdict",
+    "ceiling",
+    "n_traces",
+)
+
 
 def main() -> None:
     p = analysis_parser(__doc__)
@@ -64,10 +78,19 @@ def main() -> None:
             seed=seed,
             step_up=step_up,
         )
+        if table.height == 0:
+            # no trace has estimates and a ground truth that varies (e.g. a base that is never
+            # right, as the CPU rehearsal's stand-in): empty tables and figure, said loudly
+            log.warning(
+                "no trace has both estimates and a non-flat ground truth: %s and %s are empty",
+                args.out,
+                args.cost_match,
+            )
+            table = pl.DataFrame(schema=dict.fromkeys(LOGGED, pl.String))
         parts = [table.with_columns(traces=pl.lit("all"))]
         agreement = traces.filter(pl.col("agreement")) if "agreement" in traces.columns else traces
         for i, (label, chosen) in enumerate(overlap_subsets(agreement).items(), start=1):
-            if len(chosen) < 2:
+            if len(chosen) < 2 or table.height == 0:
                 log.warning("overlap bin %s: %d agreement traces, no rows", label, len(chosen))
                 continue
             keep = pl.col("trace_index").is_in(chosen)
@@ -89,28 +112,19 @@ def main() -> None:
         matched = cost_match(overall, reference, samples)
         write_table(table, args.out)
         write_table(matched, args.cost_match)
-        rule = preregistered_answer_now(overall, config.value)
+        rule = (
+            preregistered_answer_now(overall, config.value)
+            if overall.height
+            else {"choice": None, "rule": "no agreement rows: nothing to apply the rule to"}
+        )
         args.answer_now.parent.mkdir(parents=True, exist_ok=True)
         args.answer_now.write_text(json.dumps(rule, indent=2) + "\n")
         estimator_agreement_figure(
-            figure_rows(overall, reference), args.figure, reference=reference
+            figure_rows(overall, reference) if overall.height else overall,
+            args.figure,
+            reference=reference,
         )
-    log.info(
-        "wrote %s:\n%s",
-        args.out,
-        table.filter(pl.col("traces") == "all").select(
-            "target",
-            "aggregation",
-            "estimator",
-            "rho",
-            "ci95_low",
-            "ci95_high",
-            "diff_vs_reference",
-            "verdict",
-            "ceiling",
-            "n_traces",
-        ),
-    )
+    log.info("wrote %s:\n%s", args.out, table.filter(pl.col("traces") == "all").select(LOGGED))
     log.info("wrote %s:\n%s", args.cost_match, matched)
     log.info("pre-registered answer-now rule: %s", rule)
 

@@ -67,6 +67,21 @@ def base_paths(
     return pl.DataFrame(rows).sort("depth")
 
 
+def with_reference(problems: pl.DataFrame, split: str | None) -> pl.DataFrame:
+    """The problems that have a reference solution (every estimator needs U*); none is an
+    error naming the split, before any trace is sampled."""
+    kept = problems.filter(pl.col("reference").is_not_null())
+    if kept.height == 0:
+        raise ValueError(
+            f"studies.split: none of the {problems.height} problems of {split!r} has a "
+            "reference solution (results/references/<split>_summary.json says why; e.g. a "
+            "mirror copy without dataset solutions and a base that never answers right)"
+        )
+    if kept.height < problems.height:
+        log.info("%d of %d problems have a reference", kept.height, problems.height)
+    return kept
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--policy", required=True)
@@ -84,7 +99,7 @@ def main() -> None:
     )
     seed_everything(seed)
     task = get_task(task_name)
-    problems = read_parquet(args.problems)
+    problems = with_reference(read_parquet(args.problems), studies["split"])
     if studies["max_traces"]:
         problems = problems.head(studies["max_traces"])
     with Timer("study_traces"):

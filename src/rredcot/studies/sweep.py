@@ -66,8 +66,11 @@ def sweep_table(
             seed=seed + i,
             step_up=step_up,
             statistic="kendall",
-        ).filter(pl.col("aggregation") == "per_trace")
-        by_target = {r["target"]: r for r in agree.iter_rows(named=True)}
+        )
+        # a cell where no trace has both estimates and a ground truth (e.g. every rollout ran
+        # past the budget and was dropped) gives an empty table: its row reads NaN, n_traces 0
+        per_trace = agree.filter(pl.col("aggregation") == "per_trace") if agree.height else agree
+        by_target = {r["target"]: r for r in per_trace.iter_rows(named=True)}
         both = pl.concat(
             [
                 est.select("trace_index", "estimator", "family", "sigma"),

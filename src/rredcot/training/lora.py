@@ -101,3 +101,33 @@ def save_final(model: Any, out: str | Path) -> None:
     out = Path(out)
     model.save_pretrained(out / ADAPTER_DIR)
     model.merge_and_unload().save_pretrained(out)
+
+
+def missing_targets(target_modules: str | Sequence[str], module_names: Sequence[str]) -> list[str]:
+    """The names of `target_modules` that match no module of the model, as peft matches a
+    list (a module's name or its last dotted parts); "all-linear" matches any model."""
+    if isinstance(target_modules, str):
+        return []
+    return [
+        t for t in target_modules if not any(n == t or n.endswith(f".{t}") for n in module_names)
+    ]
+
+
+def check_lora_targets(checkpoint: str | Path, runs: Mapping[str, Any]) -> list[str]:
+    """Each run's `target_modules` (by config key) against the checkpoint's modules, built on
+    the meta device (no weights read); one error line per key whose names peft would not find.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint))
+    names = [name for name, _ in model.named_modules()]
+    linear = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    )
+    return [
+        f"config key '{key}': {missing} match no module of {checkpoint} (linear layers: {linear})"
+        for key, targets in runs.items()
+        if (missing := missing_targets(targets, names))
+    ]

@@ -521,16 +521,16 @@ def choice_points(program: Program, path: SolutionPath) -> dict[int, str]:
     by the ones before it (one token per character), so a model that puts its argmax on a valid
     character at every offset writes a valid solution greedily, on some path.
     """
-    program.check_path(path)
-    needs = program.operands()
+    needs, commutable = program.operands(), set(program.commutable_steps())
     done: set[str] = set()
     out: dict[int, str] = {}
     offset = 0
-    for name, line in zip(path.order, program.step_lines(path.commuted, path.order), strict=True):
+    lines = program.step_lines(path.commuted, path.order)  # checks the path
+    for name, line in zip(path.order, lines, strict=True):
         ready = sorted(n for n in needs if n not in done and all(x in done for x in needs[n]))
         if len(ready) > 1:
             out[offset] = "".join(ready)
-        if name in program.commutable_steps():
+        if name in commutable:
             st = program.step(name)
             out[offset + len(name) + 1] = "".join(sorted({st.left, st.right}))
         done.add(name)

@@ -51,10 +51,8 @@ def agreement_rows(traces: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
 def configured_reference_rows(estimates: pl.DataFrame) -> pl.DataFrame:
     """The estimates whose reference (if any) is the configured kind: every family but the
     RREDCoT rows on the oracle or sampled reference."""
-    from rredcot.studies.estimators import reference_kind
-
-    kinds = estimates["estimator"].map_elements(reference_kind, return_dtype=pl.String)
-    return estimates.filter(kinds.is_null() | (kinds == "configured"))
+    kind = with_reference_kind(estimates)["reference_kind"]
+    return estimates.filter(kind.is_null() | (kind == "configured"))
 
 
 def figure_rows(table: pl.DataFrame, reference: str) -> pl.DataFrame:

@@ -163,7 +163,7 @@ def main() -> None:
         "path overlap of the traces with their references (mean): configured %.3f, own path "
         "%.3f, sampled %.3f; on the configured reference's path (overlap 1): %d of %d",
         *(
-            traces[c].mean() or float("nan")
+            float("nan") if (mean := traces[c].mean()) is None else mean
             for c in ("overlap", "overlap_own_path", "overlap_sampled")
         ),
         (traces["overlap"] == 1.0).sum(),

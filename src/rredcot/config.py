@@ -249,9 +249,17 @@ def _joint_errors(config: Mapping[str, Any]) -> list[str]:
             splits["studies.pool"] = config["studies"]["pool"]
         for key, spec in splits.items():
             try:
-                check_depths(SplitSpec(**spec).depths, generator)
+                split = SplitSpec(**spec)
+                check_depths(split.depths, generator)
             except ValueError as err:
-                messages.append(f"config key '{key}.depths': {err}")
+                field = "branches" if str(err).startswith("branches") else "depths"
+                messages.append(f"config key '{key}.{field}': {err}")
+                continue
+            if split.branches is not None and generator.shape != "tree":
+                messages.append(
+                    f"config key '{key}.branches': {split.branches} needs world.shape 'tree', "
+                    f"not {generator.shape!r}"
+                )
     except ValueError as err:
         messages.append(f"config key 'world': {err}")
     for key, overrides in (

@@ -248,6 +248,14 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
     ("world: {modulus: 2, n_given: 3}", ["config key 'world'", "bijective"]),
     ("world: {splits: {synth_ood: {n: 8, depths: [30]}}}", ["'world.splits.synth_ood.depths'"]),
     ("studies: {pool: {n: 4, depths: [40]}}", ["config key 'studies.pool.depths'", "exceeds"]),
+    (
+        "world: {shape: tree, splits: {synth_ood: {n: 8, depths: [5], branches: 4}}}",
+        ["config key 'world.splits.synth_ood.branches'", "does not fit depth(s) [5]"],
+    ),
+    (
+        "world: {shape: chain, splits: {synth_ood: {n: 8, depths: [5], branches: 1}}}",
+        ["config key 'world.splits.synth_ood.branches'", "needs world.shape 'tree'"],
+    ),
     ("sft: {heldout_problems: 400}", ["config key 'sft.heldout_problems'", "no training rows"]),
     ("sft: {anneal_steps: 200}", ["config key 'sft.anneal_steps'", "max_steps"]),
     ("sft: {anneal_steps: 50, heldout_problems: 0}", ["config key 'sft.anneal_steps'", "held-out"]),

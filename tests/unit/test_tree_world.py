@@ -12,6 +12,7 @@ import pytest
 from rredcot.data.synthetic import (
     Program,
     SolutionPath,
+    SplitSpec,
     Step,
     WorldConfig,
     apply_op,
@@ -19,6 +20,7 @@ from rredcot.data.synthetic import (
     choice_points,
     draw_program,
     generate_split,
+    make_world,
     own_path,
     own_path_solution,
     path_overlap,
@@ -169,3 +171,49 @@ def test_choice_points_are_exactly_where_valid_solutions_branch(seed: int) -> No
             if len(valid) > 1:
                 branching[i] = "".join(sorted(valid))
         assert choice_points(prog, path) == branching
+
+
+def branch_count(prog: Program) -> int:
+    """Steps on two givens: each starts a branch."""
+    givens = {n for n, _ in prog.given}
+    return sum(s.left in givens and s.right in givens for s in prog.steps)
+
+
+@pytest.mark.parametrize("branches", [1, 2, 3])
+def test_fixed_branches_give_exactly_that_many_branches(branches: int) -> None:
+    rng = random.Random(branches)
+    for depth in (5, 6):
+        for _ in range(30):
+            prog = draw_program(rng, depth, TREE, branches)
+            assert branch_count(prog) == branches and prog.depth == depth
+
+
+def test_drawn_branches_are_never_one_past_depth_two() -> None:
+    rng = random.Random(3)
+    counts = Counter(
+        branch_count(draw_program(rng, d, TREE)) for d in (3, 4, 5, 6) for _ in range(50)
+    )
+    assert 1 not in counts and set(counts) == {2, 3}
+
+
+def test_branches_that_do_not_fit_a_depth_or_a_chain_world_raise() -> None:
+    with pytest.raises(ValueError, match="branches: 3 does not fit depth"):
+        SplitSpec(n=4, depths=[4, 5], branches=3)
+    with pytest.raises(ValueError, match="branches must be null or an int"):
+        SplitSpec(n=4, depths=[4], branches=0)
+    with pytest.raises(ValueError, match="needs world.shape 'tree'"):
+        generate_split(4, [4], 0, "x", WorldConfig(chain="bijective"), branches=1)
+
+
+def test_a_one_branch_split_leaves_every_other_split_unchanged() -> None:
+    """The out-of-distribution split is disjoint by construction, so swapping it in keeps the
+    other splits (and with them SFT, RL and the studies) byte-identical."""
+    train = SplitSpec(n=60, depths=[3, 4, 5])
+    before = {"id": SplitSpec(n=20, depths=[4, 5]), "ood": SplitSpec(n=20, depths=[8])}
+    after = {"id": before["id"], "ood": SplitSpec(n=20, depths=[4, 5], branches=1)}
+    old, new = (make_world(train, b, 7, TREE) for b in (before, after))
+    for name in ("id", "train"):
+        assert old[name].equals(new[name])
+    chains = [Program.from_json(p) for p in new["ood"]["program"]]
+    assert all(branch_count(p) == 1 for p in chains)
+    assert not set(new["ood"]["problem"]) & set(new["train"]["problem"])

@@ -143,15 +143,42 @@ class WorldConfig:
 
 @dataclass(frozen=True)
 class SplitSpec:
-    """Size and depths of one split; depths are assigned round-robin, so each gets n/len(depths)."""
+    """Size and depths of one split; depths are assigned round-robin, so each gets n/len(depths).
+
+    `branches` (tree worlds only) fixes every problem's number of branches instead of drawing
+    it: `1` gives one-branch chains, a structure the tree world never draws at depth ≥ 3, so
+    such a split is disjoint from every default split by construction (an out-of-distribution
+    split that shares the letters, values and line format the base has seen).
+    """
 
     n: int
     depths: list[int]
+    branches: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
             raise ValueError(f"n must be an int ≥ 1, got {self.n!r}")
         check_depths(self.depths)
+        check_branches(self.branches, self.depths)
+
+
+def max_branches(depth: int) -> int:
+    """The most branches a tree of `depth` steps can have: b starts and b − 1 joins."""
+    return max(1, (depth + 1) // 2)
+
+
+def check_branches(branches: int | None, depths: Sequence[int]) -> None:
+    """`branches` is None (drawn per problem) or an int that every depth can hold."""
+    if branches is None:
+        return
+    if not isinstance(branches, int) or isinstance(branches, bool) or branches < 1:
+        raise ValueError(f"branches must be null or an int ≥ 1, got {branches!r}")
+    too_many = [d for d in depths if branches > max_branches(d)]
+    if too_many:
+        raise ValueError(
+            f"branches: {branches} does not fit depth(s) {too_many} (a tree of depth d has at "
+            "most ⌊(d+1)/2⌋ branches)"
+        )
 
 
 def check_depths(depths: Sequence[int], config: WorldConfig | None = None) -> None:
@@ -399,10 +426,13 @@ def tree_space_lower_bound(depth: int, config: WorldConfig) -> int:
     return chains * math.factorial(depth)
 
 
-def draw_tree_program(rng: random.Random, depth: int, config: WorldConfig) -> Program:
+def draw_tree_program(
+    rng: random.Random, depth: int, config: WorldConfig, branches: int | None = None
+) -> Program:
     """One random expression tree of `depth` computed steps, its steps listed shuffled.
 
-    b branches (b = 1 for depth ≤ 2, else uniform in 2 … ⌊(depth+1)/2⌋) each start with a
+    b branches (`branches` if given; else b = 1 for depth ≤ 2, and uniform in
+    2 … ⌊(depth+1)/2⌋ otherwise) each start with a
     step on two distinct givens (any op); b − 1 joins combine two computed values with + or −;
     the other depth − 2b + 1 steps combine one computed value with a given (any op, either
     side). Joins and extensions come in a uniformly shuffled sequence, each on uniformly drawn
@@ -414,7 +444,9 @@ def draw_tree_program(rng: random.Random, depth: int, config: WorldConfig) -> Pr
     joins = [op for op in ops if op in MERGE_OPS]
     givens = VARIABLES[:g]
     given = tuple((n, values[rng.randrange(len(values))]) for n in givens)
-    branches = 1 if depth <= 2 else rng.randint(2, (depth + 1) // 2)
+    if branches is None:
+        branches = 1 if depth <= 2 else rng.randint(2, max_branches(depth))
+    check_branches(branches, [depth])
     # Nodes by creation index: (op, left, right), an operand an int (node) or a given name.
     nodes: list[tuple[str, int | str, int | str]] = []
     pending: list[int] = []
@@ -456,10 +488,15 @@ def draw_tree_program(rng: random.Random, depth: int, config: WorldConfig) -> Pr
     return Program(config.modulus, given, steps, tuple(listing))
 
 
-def draw_program(rng: random.Random, depth: int, config: WorldConfig) -> Program:
-    """One random problem of `depth` computed steps (of the world's shape)."""
+def draw_program(
+    rng: random.Random, depth: int, config: WorldConfig, branches: int | None = None
+) -> Program:
+    """One random problem of `depth` computed steps (of the world's shape; `branches` fixes a
+    tree's branch count, see `SplitSpec`)."""
     if config.shape == "tree":
-        return draw_tree_program(rng, depth, config)
+        return draw_tree_program(rng, depth, config, branches)
+    if branches is not None:
+        raise ValueError(f"branches: {branches} needs world.shape 'tree', not {config.shape!r}")
     g, ops, values = config.n_given, config.ops, config.given_values
     names = VARIABLES[: g + depth]
     given = tuple((names[j], values[rng.randrange(len(values))]) for j in range(g))
@@ -545,12 +582,13 @@ def generate_split(
     split: str,
     config: WorldConfig,
     exclude: frozenset[str] = frozenset(),
+    branches: int | None = None,
 ) -> pl.DataFrame:
     """`n` distinct problems, row i of depth depths[i % len(depths)], none whose text is in exclude.
 
     Problems are redrawn until new (rejection sampling); asking for more than
     `problem_space_size` of a depth, or an `exclude` that leaves too few, raises.
-    Deterministic in (n, depths, seed, config, exclude); `split` names the ids
+    Deterministic in (n, depths, seed, config, exclude, branches); `split` names the ids
     (`synth-{split}-{i:05d}`) and, in a tree world, seeds the paths the solutions are written
     on. Columns: the normalized ones, `depth` (Int64), `program` (JSON).
     """
@@ -559,6 +597,9 @@ def generate_split(
     if not _SPLIT_NAME.match(split):
         raise ValueError(f"split must match {_SPLIT_NAME.pattern}, got {split!r}")
     check_depths(depths, config)
+    check_branches(branches, depths)
+    if branches is not None and config.shape != "tree":
+        raise ValueError(f"branches: {branches} needs world.shape 'tree', not {config.shape!r}")
     depths = list(depths)
     for d in set(depths):
         want = sum(1 for i in range(n) if depths[i % len(depths)] == d)
@@ -577,7 +618,7 @@ def generate_split(
     for i in range(n):
         depth = depths[i % len(depths)]
         for _ in range(_MAX_REDRAWS):
-            prog = draw_program(rng, depth, config)
+            prog = draw_program(rng, depth, config, branches)
             problem = prog.problem_text()
             if problem not in seen and problem not in exclude:
                 break
@@ -618,7 +659,13 @@ def make_study_pool(
     disjoint from every world table in `exclude`. Drawn apart from `make_world` so that its
     size never changes the training splits (train excludes only the world's own splits)."""
     return generate_split(
-        spec.n, spec.depths, derive_seed(seed, "study_pool"), "study_pool", config, exclude
+        spec.n,
+        spec.depths,
+        derive_seed(seed, "study_pool"),
+        "study_pool",
+        config,
+        exclude,
+        spec.branches,
     )
 
 
@@ -702,7 +749,13 @@ def make_world(
     taken: set[str] = set()
     for name, spec in benchmarks.items():
         df = generate_split(
-            spec.n, spec.depths, derive_seed(seed, name), name, config, frozenset(taken)
+            spec.n,
+            spec.depths,
+            derive_seed(seed, name),
+            name,
+            config,
+            frozenset(taken),
+            spec.branches,
         )
         taken.update(df["problem"].to_list())
         world[name] = df

@@ -156,7 +156,8 @@ class FakeVLLM(ModuleType):
     every prompt with n samples that end in EOS. Called as TRL's colocated engine calls it (token
     id prompts, one SamplingParams for all) it answers each prompt with `respond(prompt_ids,
     sampling_kwargs)` (default: [10, EOS]) and records the prompts in `trl_calls`; TRL's weight
-    sync lands in `loaded` (parameter names)."""
+    sync lands in `loaded` (parameter names). `vllm.platforms.current_platform.is_cpu()` answers
+    `cpu` (a GPU platform by default)."""
 
     EOS = 2
 
@@ -166,6 +167,9 @@ class FakeVLLM(ModuleType):
         self.sampling_kwargs: list[dict] = []
         self.trl_calls: list[tuple[list[list[int]], dict]] = []
         self.loaded: list[str] = []
+        self.cpu = False
+        self.platforms = ModuleType("vllm.platforms")
+        self.platforms.current_platform = SimpleNamespace(is_cpu=lambda: fake.cpu)
         self.respond: Callable[[list[int], dict], list[int]] = lambda ids, kw: [10, fake.EOS]
         fake = self
 
@@ -227,6 +231,7 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVLLM:
 
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", fake.platforms)
 
     monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda *a, **k: True)
     monkeypatch.setattr(vllm_generation, "LLM", fake.LLM, raising=False)

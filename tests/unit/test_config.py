@@ -237,6 +237,7 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
     ("training: {seeds: [-1]}", ["config key 'training.seeds.0'", "minimum of 0"]),
     ("training: {seeds: [0, 0]}", ["config key 'training.seeds'", "non-unique"]),
     ("training: {methods: [grpo, grpo]}", ["config key 'training.methods'", "non-unique"]),
+    ("training: {methods: []}", ["config key 'training.methods'", "should be non-empty"]),
     ("studies: {accuracy_band: [0.7, 0.3]}", ["config key 'studies.accuracy_band'", "low <= high"]),
     ("studies: {segmentation: {stratgy: keyword}}", ["studies.segmentation", "'strategy'"]),
     ("studies: {segmentation: {topq: 2}}", ["config key 'studies.segmentation.topq'"]),

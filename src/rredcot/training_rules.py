@@ -86,3 +86,69 @@ def process_layout(
             f"gradient_accumulation_steps = {local} must be a multiple of num_generations = {n}"
         )
     return per_device, accumulation
+
+
+NOT_RUN_SETTINGS: tuple[str, ...] = (
+    "methods",
+    "seeds",
+    "extra_seeds",
+    "per_method",
+    "variants",
+    "mc",
+    "curve",
+    # how a run is launched (the launcher), not what it does
+    "accelerate",
+    "num_processes",
+    # what happens to other runs' directories (the step's own argument)
+    "keep_stale_checkpoints",
+)
+"""Keys of config `training` that are not a run's settings (`run_settings` drops them)."""
+_OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")
+
+
+def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `overrides` on top, nested blocks merged key by key."""
+    out = dict(base)
+    for key, value in overrides.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = merged(out[key], value) if both else value
+    return out
+
+
+def run_settings(
+    config: Mapping[str, Any],
+    method: str,
+    seed: int,
+    *,
+    task: str,
+    variant: Mapping[str, Any] | None = None,
+    reference_column: str = "reference",
+) -> dict[str, Any]:
+    """The settings of one RL run (a step's `--params`): config `training` without the keys
+    that are not a run's (`NOT_RUN_SETTINGS`), the method's `per_method` overrides, then
+    `variant`'s (a `training.variants` entry, or a development candidate), with the shared
+    segmentation and estimator blocks, so the workflow and the development search build a run
+    the same way. A `rredcot` block in an override changes estimator.rredcot for this run only.
+    """
+    tr = config["training"]
+    settings = {k: v for k, v in tr.items() if k not in NOT_RUN_SETTINGS}
+    if method in RESET_METHODS:
+        # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects the rest.
+        settings.update(loss_type="grpo", kl_beta=0.0)
+    own = tr.get("per_method", {}).get(method, {})
+    variant = variant or {}
+    estimator = merged(
+        merged(config["estimator"]["rredcot"], own.get("rredcot", {})), variant.get("rredcot", {})
+    )
+    for layer in (own, variant):
+        settings = merged(settings, {k: v for k, v in layer.items() if k not in _OVERRIDE_DROPS})
+    settings.update(
+        method=method,
+        seed=seed,
+        task=task,
+        reference_column=reference_column,
+        segmentation=config["segmentation"],
+        rredcot=estimator,
+        mc={**config["estimator"]["mc"], **tr.get("mc", {})},
+    )
+    return settings

@@ -28,6 +28,7 @@ from rredcot.data.registry import (  # noqa: E402
     mirror_dir,
     registry_entry,
 )
+from rredcot.training_rules import run_settings  # noqa: E402
 
 SCHEMA = "../schemas/config.schema.yaml"
 # Our own check first: it names the offending key and what is allowed.
@@ -70,15 +71,6 @@ TRAINING_METHODS = [*config["training"]["methods"], *VARIANTS]
 def base_method(name: str) -> str:
     """The training method a run name stands for (itself, or a variant's method)."""
     return VARIANTS[name]["method"] if name in VARIANTS else name
-
-
-def merged(base: dict, overrides: dict) -> dict:
-    """`base` with `overrides` on top, nested blocks merged key by key."""
-    out = dict(base)
-    for key, value in overrides.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = merged(out[key], value) if both else value
-    return out
 
 
 # The base policy all jobs start from: the tiny model SFT-ed here, or `model.name_or_path`
@@ -308,54 +300,17 @@ def methods_and_seeds() -> list[tuple[str, int]]:
 
 
 def training_settings(method: str, seed: int) -> dict:
-    """The `--params` of one RL run: config `training` with the method's overrides, plus the
-    shared segmentation and estimator blocks (so studies and training use one definition).
+    """The `--params` of one RL run (`rredcot.training_rules.run_settings`): config `training`
+    with the method's and the variant's overrides, plus the shared segmentation and estimator
+    blocks (so studies and training use one definition).
     """
-    tr = config["training"]
-    # accelerate, num_processes: how the run is launched (training_launcher), not what it does;
-    # keep_stale_checkpoints: what happens to other runs' directories (its own argument)
-    launch_keys = ("accelerate", "num_processes", "keep_stale_checkpoints")
-    settings = {
-        k: v
-        for k, v in tr.items()
-        if k
-        not in (
-            "methods",
-            "seeds",
-            "extra_seeds",
-            "per_method",
-            "variants",
-            "mc",
-            "curve",
-            *launch_keys,
-        )
-    }
-    name, method = method, base_method(method)
-    if method in ("rrpo", "srpo"):
-        # METHOD.md §6: on-policy per-sequence mean, no KL; TrainingSettings rejects anything else.
-        settings.update(loss_type="grpo", kl_beta=0.0)
-    own = tr["per_method"].get(method, {})
-    variant = {
-        k: v for k, v in VARIANTS.get(name, {}).items() if k not in ("name", "method")
-    }
-    # `rredcot` in an override changes estimator.rredcot for these runs only
-    estimator = merged(
-        merged(config["estimator"]["rredcot"], own.get("rredcot", {})),
-        variant.get("rredcot", {}),
-    )
-    drop = ("accelerate", "rredcot")
-    settings = merged(settings, {k: v for k, v in own.items() if k not in drop})
-    settings = merged(settings, {k: v for k, v in variant.items() if k not in drop})
-    settings.update(
-        method=method,
-        seed=seed,
+    return run_settings(
+        config,
+        base_method(method),
+        seed,
         task=task_of(TRAIN_DATA),
-        reference_column="reference",
-        segmentation=config["segmentation"],
-        rredcot=estimator,
-        mc={**config["estimator"]["mc"], **tr["mc"]},
+        variant=VARIANTS.get(method),
     )
-    return settings
 
 
 def check_training_runs() -> None:

@@ -112,6 +112,27 @@ def test_learning_curves_and_the_paired_comparison(smoke_run):
     assert (workdir / "results/figures/learning_curves.png").stat().st_size > 10_000
 
 
+def test_the_benchmark_comparison_pairs_final_grades(smoke_run):
+    """Every method − base and every other method − GRPO on each benchmark, recomputed from the
+    kept grades (one seed: the bootstrap's verdict, no t interval)."""
+    workdir, _ = smoke_run
+    table = pl.read_csv(workdir / "results" / "benchmark_comparison.csv")
+    pairs = {(r["method"], r["against"]) for r in table.iter_rows(named=True)}
+    assert pairs == {(m, "base") for m in METHODS} | {(m, "grpo") for m in METHODS[1:]}
+    assert set(table["benchmark"]) == {"synth_id"}
+    score = {
+        m: pl.read_parquet(workdir / f"results/eval/{m}/seed0/synth_id/grades.parquet")[
+            "reward"
+        ].mean()
+        for m in ("base", *METHODS)
+    }
+    for row in table.iter_rows(named=True):
+        expected = score[row["method"]] - score[row["against"]]
+        assert row["difference"] == pytest.approx(expected)
+        assert row["ci95_low"] <= row["difference"] <= row["ci95_high"]
+        assert row["seed_t_verdict"] == "n/a" and row["verdict"] == row["bootstrap_verdict"]
+
+
 def test_every_job_logged_and_benchmarked(smoke_run):
     workdir, _ = smoke_run
     logs = list((workdir / "results" / "logs").rglob("*.log"))

@@ -418,8 +418,15 @@ def training_problems(wildcards) -> str:
 
 
 def training_summaries(wildcards) -> list[str]:
+    return [f"results/train/{m}/seed{s}/train_summary.json" for m, s in training_runs()]
+
+
+def comparison_grades(wildcards) -> list[str]:
+    """Every policy's grades on every configured benchmark (the paired comparison's input)."""
     return [
-        f"results/train/{m}/seed{s}/train_summary.json" for m, s in training_runs()
+        f"results/eval/{m}/seed{s}/{b}/grades.parquet"
+        for b in config["benchmarks"]
+        for m, s in methods_and_seeds()
     ]
 
 
@@ -453,6 +460,7 @@ def all_targets() -> list[str]:
     training = ["results/main_table.csv"]
     if TRAINING_METHODS:
         training += [
+            "results/benchmark_comparison.csv",
             "results/training_curves.csv",
             "results/figures/training_curves.png",
             "results/compute_cost.csv",

@@ -65,6 +65,40 @@ rule main_table:
         "--summaries {input.summaries} --base {input.base} --out {output.table} > {log} 2>&1"
 
 
+rule benchmark_comparison:
+    input:
+        grades=comparison_grades,
+    output:
+        table=report(
+            "results/benchmark_comparison.csv",
+            caption="../report/benchmark_comparison.rst",
+            category="Benchmarks",
+        ),
+    log:
+        "results/logs/benchmark_comparison.log",
+    benchmark:
+        "results/benchmarks/benchmark_comparison.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("benchmark_comparison", "cpus_per_task")
+    resources:
+        mem_mb=res("benchmark_comparison", "mem_mb"),
+        runtime=res("benchmark_comparison", "runtime"),
+    params:
+        settings=arg(
+            {
+                "methods": TRAINING_METHODS,
+                "reference": "grpo",
+                "base": BASE_METHOD,
+                "bootstrap_resamples": config["evaluation"]["bootstrap_resamples"],
+                "seed": config["seed"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.benchmark_comparison --grades {input.grades} "
+        "--params {params.settings} --out {output.table} > {log} 2>&1"
+
+
 rule training_report:
     input:
         summaries=training_summaries,

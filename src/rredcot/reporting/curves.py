@@ -131,7 +131,7 @@ def learning_curves(
     return table, summary
 
 
-def _grid(
+def problem_grid(
     points: pl.DataFrame, value: str, seeds: Sequence[int], problems: Sequence[str]
 ) -> np.ndarray:
     """(seeds, problems) array of `value`; a missing unit is an error, never dropped."""
@@ -143,6 +143,14 @@ def _grid(
             f"{value}: missing seeds {missing_seeds} or problems {missing_problems[:5]}"
         )
     wide = wide.filter(pl.col("seed").is_in(list(seeds))).sort("seed")
+    holes = [
+        (seed, p)
+        for seed, row in zip(wide["seed"], wide.select(list(problems)).iter_rows(), strict=True)
+        for p, v in zip(problems, row, strict=True)
+        if v is None
+    ]
+    if holes:
+        raise ValueError(f"{value}: missing (seed, problem) units {holes[:5]}")
     return wide.select(list(problems)).to_numpy().astype(np.float64)
 
 
@@ -265,7 +273,7 @@ def method_comparison(
     }
     base_points = _per_problem(base.with_columns(pl.lit(0).alias("step")))
     first = min(min(v) for v in run_seeds.values()) if run_seeds else 0
-    base_row = _grid(
+    base_row = problem_grid(
         base_points.with_columns(pl.lit(first).alias("seed")), "pass_at_1", [first], problems
     )
     rows = []
@@ -327,8 +335,8 @@ def method_comparison(
         seeds = run_seeds[method]
         base_grid = np.tile(base_row, (len(seeds), 1))
         own = points.filter(pl.col("method") == method)
-        final = _grid(_at_step(own, n_steps), "score", seeds, problems)
-        auc = _grid(_auc(own, n_steps), "auc", seeds, problems)
+        final = problem_grid(_at_step(own, n_steps), "score", seeds, problems)
+        auc = problem_grid(_auc(own, n_steps), "auc", seeds, problems)
         add(method, BASE, "final", final, base_grid, (n_steps, 0))
         add_per_seed(method, BASE, final, base_grid, (n_steps, 0))
         if method == reference:
@@ -337,10 +345,10 @@ def method_comparison(
         same_length = n_steps == steps[reference]
         suffix = "" if same_length else "_equal_steps"
         if n_steps in evaluated[reference]:
-            ref_final = _grid(_at_step(ref, n_steps), "score", seeds, problems)
+            ref_final = problem_grid(_at_step(ref, n_steps), "score", seeds, problems)
             add(method, reference, f"final{suffix}", final, ref_final, (n_steps, n_steps))
             add_per_seed(method, reference, final, ref_final, (n_steps, n_steps))
-            ref_auc = _grid(_auc(ref, n_steps), "auc", seeds, problems)
+            ref_auc = problem_grid(_auc(ref, n_steps), "auc", seeds, problems)
             add(method, reference, f"auc{suffix}", auc, ref_auc, (n_steps, n_steps))
         for unit, column in (("seconds", 0), ("tokens", 1)):
             match = equal_compute_steps(
@@ -354,8 +362,8 @@ def method_comparison(
                 method,
                 reference,
                 f"final_equal_{unit}",
-                _grid(_at_step(own, match.method_step), "score", seeds, problems),
-                _grid(_at_step(ref, match.against_step), "score", seeds, problems),
+                problem_grid(_at_step(own, match.method_step), "score", seeds, problems),
+                problem_grid(_at_step(ref, match.against_step), "score", seeds, problems),
                 (match.method_step, match.against_step),
                 match.note,
             )

@@ -446,7 +446,8 @@ def draw_tree_program(
     given = tuple((n, values[rng.randrange(len(values))]) for n in givens)
     if branches is None:
         branches = 1 if depth <= 2 else rng.randint(2, max_branches(depth))
-    check_branches(branches, [depth])
+    else:
+        check_branches(branches, [depth])
     # Nodes by creation index: (op, left, right), an operand an int (node) or a given name.
     nodes: list[tuple[str, int | str, int | str]] = []
     pending: list[int] = []
@@ -597,9 +598,7 @@ def generate_split(
     if not _SPLIT_NAME.match(split):
         raise ValueError(f"split must match {_SPLIT_NAME.pattern}, got {split!r}")
     check_depths(depths, config)
-    check_branches(branches, depths)
-    if branches is not None and config.shape != "tree":
-        raise ValueError(f"branches: {branches} needs world.shape 'tree', not {config.shape!r}")
+    check_branches(branches, depths)  # every depth up front (draw_program refuses a chain world)
     depths = list(depths)
     for d in set(depths):
         want = sum(1 for i in range(n) if depths[i % len(depths)] == d)

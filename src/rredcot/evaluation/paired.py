@@ -129,3 +129,26 @@ def paired_bootstrap(
         means[start:stop] = picked.mean(axis=(1, 2))
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return PairedDifference(float(d.mean()), float(low), float(high), n_seeds, n_problems)
+
+
+def paired_comparison(
+    a: np.ndarray, b: np.ndarray, n_resamples: int = 10_000, seed: int = 0
+) -> dict[str, float | int | str]:
+    """The statistics of one paired comparison row, A − B on a (seeds, problems) grid: mean
+    difference, bootstrap CI and verdict, the t interval over seeds and its verdict, the more
+    conservative of the two, and the grid's size. One definition for every comparison table."""
+    diff = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
+    t_low, t_high = seed_t_interval(a, b)
+    t_verdict = interval_verdict(t_low, t_high)
+    return {
+        "difference": diff.mean,
+        "ci95_low": diff.ci_low,
+        "ci95_high": diff.ci_high,
+        "bootstrap_verdict": diff.verdict,
+        "seed_t_ci95_low": t_low,
+        "seed_t_ci95_high": t_high,
+        "seed_t_verdict": t_verdict,
+        "verdict": conservative_verdict(diff.verdict, t_verdict),
+        "seeds": diff.n_seeds,
+        "problems": diff.n_problems,
+    }

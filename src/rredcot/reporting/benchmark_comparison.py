@@ -15,12 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from rredcot.evaluation.paired import (
-    conservative_verdict,
-    interval_verdict,
-    paired_bootstrap,
-    seed_t_interval,
-)
+from rredcot.evaluation.paired import paired_comparison
 from rredcot.reporting.curves import problem_grid
 
 COLUMNS: tuple[str, ...] = (
@@ -82,33 +77,15 @@ def benchmark_comparison(
             ref = points.filter(pl.col("method") == reference)
             pairs.append((reference, problem_grid(ref, "pass_at_1", seeds[method], problems)))
         for against, other in pairs:
-            diff = paired_bootstrap(own, other, n_resamples=n_resamples, seed=seed)
-            t_low, t_high = seed_t_interval(own, other)
-            t_verdict = interval_verdict(t_low, t_high)
             rows.append(
-                dict(
-                    zip(
-                        COLUMNS,
-                        (
-                            benchmark,
-                            method,
-                            against,
-                            float(own.mean()),
-                            float(other.mean()),
-                            diff.mean,
-                            diff.ci_low,
-                            diff.ci_high,
-                            diff.verdict,
-                            t_low,
-                            t_high,
-                            t_verdict,
-                            conservative_verdict(diff.verdict, t_verdict),
-                            diff.n_seeds,
-                            diff.n_problems,
-                        ),  # fmt: skip
-                        strict=True,
-                    )
-                )
+                {
+                    "benchmark": benchmark,
+                    "method": method,
+                    "against": against,
+                    "method_score": float(own.mean()),
+                    "against_score": float(other.mean()),
+                    **paired_comparison(own, other, n_resamples=n_resamples, seed=seed),
+                }
             )
     return pl.DataFrame(rows, schema=_schema(), strict=False)
 

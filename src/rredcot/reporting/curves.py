@@ -33,13 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from rredcot.evaluation.paired import (  # noqa: E402
-    conservative_verdict,
-    interval_verdict,
-    paired_bootstrap,
-    seed_t_interval,
-    t_interval,
-)
+from rredcot.evaluation.paired import paired_comparison, t_interval  # noqa: E402
 from rredcot.reporting.figures import save_figure  # noqa: E402
 
 BASE = "base"
@@ -291,11 +285,8 @@ def method_comparison(
         steps_: tuple[int, int],
         note: str = "",
     ) -> None:
-        diff = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
-        t_low, t_high = seed_t_interval(a, b)
-        t_verdict = interval_verdict(t_low, t_high)
+        stats = paired_comparison(a, b, n_resamples=n_resamples, seed=seed)
         mine, theirs = where(method, steps_[0]), where(against, steps_[1])
-        per_seed = a.shape[0] == 1 and len(run_seeds[method]) > 1
         rows.append(
             {
                 "method": method,
@@ -304,16 +295,7 @@ def method_comparison(
                 "seed": "all",
                 "method_score": float(a.mean()),
                 "against_score": float(b.mean()),
-                "difference": diff.mean,
-                "ci95_low": diff.ci_low,
-                "ci95_high": diff.ci_high,
-                "bootstrap_verdict": diff.verdict,
-                "seed_t_ci95_low": t_low,
-                "seed_t_ci95_high": t_high,
-                "seed_t_verdict": "n/a" if per_seed else t_verdict,
-                "verdict": conservative_verdict(diff.verdict, t_verdict),
-                "seeds": diff.n_seeds,
-                "problems": diff.n_problems,
+                **stats,
                 "method_step": steps_[0],
                 "against_step": steps_[1],
                 "method_seconds": mine["seconds"],

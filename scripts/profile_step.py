@@ -3,10 +3,13 @@
     python scripts/profile_step.py results/models/base                  # grpo, 4 steps
     python scripts/profile_step.py results/models/base --method rredcot --steps 4
     python scripts/profile_step.py results/models/base --evaluation     # synth_id evaluation
+    python scripts/profile_step.py results/models/base --method rredcot \
+        --override '{"rredcot": {"layout": "packed"}}'                  # a setting changed
 
 A step: one run of `--method` with the default's settings (`config.yaml` through
 `rredcot.training_rules.run_settings`, the workflow's builder) on the world's `rl` split, its
-`--warmup` first steps untimed, under cProfile; printed: seconds per step in generation (the
+`--warmup` first steps untimed, under cProfile (`--override`: a JSON block merged into the
+run's settings, as a `training.variants` entry is); printed: seconds per step in generation (the
 policy's `generate`), rewards, the method's credit, the loss forward, the backward, the
 optimizer and the rest (TRL's and the Trainer's bookkeeping), each with its share.
 An evaluation: the held-out split's protocol (`evaluation` with its `per_benchmark` entry, as
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import tempfile
 import time
@@ -35,7 +39,7 @@ from rredcot.generation.hf import HFBackend
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.tasks import get_task
 from rredcot.training import TrainingSettings, train_policy
-from rredcot.training_rules import run_settings
+from rredcot.training_rules import merged, run_settings
 
 STEP_PHASES: dict[str, tuple[str, str]] = {
     # phase: (part of the file's path, function name) whose cumulative time is the phase's
@@ -97,6 +101,7 @@ def profile_step(args: argparse.Namespace, config: dict) -> None:
     settings = run_settings(
         config, args.method, seed=1, task="synthetic", reference_column="solution"
     )
+    settings = merged(settings, json.loads(args.override))
     settings.update(max_steps=args.warmup + args.steps, save_steps=10_000)
     settings.pop("curve", None)
     profiler = cProfile.Profile()
@@ -160,6 +165,7 @@ def main() -> None:
     p.add_argument("--method", default="grpo")
     p.add_argument("--steps", type=int, default=4, help="profiled steps")
     p.add_argument("--warmup", type=int, default=1, help="unprofiled first steps")
+    p.add_argument("--override", default="{}", help="JSON merged into the run's settings")
     p.add_argument("--evaluation", action="store_true", help="profile an evaluation instead")
     p.add_argument("--split", default="synth_id", help="--evaluation: the held-out split")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64])

@@ -39,6 +39,7 @@ from rredcot.generation.hf import HFBackend
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.tasks import get_task
 from rredcot.training import TrainingSettings, train_policy
+from rredcot.training.curves import CurveSettings
 from rredcot.training_rules import merged, run_settings
 
 STEP_PHASES: dict[str, tuple[str, str]] = {
@@ -123,16 +124,18 @@ def profile_step(args: argparse.Namespace, config: dict) -> None:
 
 
 def profile_evaluation(args: argparse.Namespace, config: dict) -> None:
-    ev = {k: v for k, v in config["evaluation"].items() if k != "per_benchmark"}
-    ev.update(config["evaluation"]["per_benchmark"].get(args.split, {}))
+    # the split's protocol, built as the learning curves build it (`every` is unused here)
+    ev = CurveSettings.from_evaluation(
+        config["evaluation"], args.split, every=1, seed=config["seed"]
+    )
     task = get_task("synthetic")
     problems = pl.read_parquet(args.world / f"{args.split}.parquet")
     params = SamplingParams(
-        n=ev["samples_per_problem"],
-        temperature=ev["temperature"],
-        top_p=ev["top_p"],
-        max_new_tokens=ev["max_new_tokens"],
-        seed=config["seed"],  # the workflow's EVAL_SEED
+        n=ev.samples_per_problem,
+        temperature=ev.temperature,
+        top_p=ev.top_p,
+        max_new_tokens=ev.max_new_tokens,
+        seed=ev.seed,  # the workflow's EVAL_SEED
         stop_strings=tuple(task.stop_strings),
     )
     model, tokenizer = load_model(args.model), load_tokenizer(args.model)

@@ -69,16 +69,18 @@ def test_every_method_trained_and_costed(smoke_run):
 
 
 def test_training_sees_reward_variance_and_changes_the_weights(smoke_run):
-    """The smoke base is right sometimes, so every method gets a step with reward variance and a
-    nonzero gradient, and its final weights differ from the base's (a no-op trainer fails)."""
+    """The smoke base is right sometimes, so every method gets a step where one of its own groups
+    has reward variance; every such step has a nonzero gradient, and the final weights differ
+    from the base's (a no-op trainer fails)."""
     from safetensors.numpy import load_file
 
     workdir, _ = smoke_run
     base = load_file(workdir / "results/models/base/model.safetensors")
     for m in METHODS:
         metrics = pl.read_csv(workdir / f"results/train/{m}/seed0/metrics.csv")
-        assert metrics["reward/std"].max() > 0, m
-        assert metrics["loss/grad_norm"].max() > 0, m
+        signal = metrics["reward/frac_zero_std"] < 1  # over the groups the method normalises by
+        assert signal.any(), f"{m}: no group with reward variance in {metrics.height} steps"
+        assert (metrics.filter(signal)["loss/grad_norm"] > 0).all(), m
         final = load_file(workdir / f"results/train/{m}/seed0/final/model.safetensors")
         assert final.keys() == base.keys(), m
         changed = [k for k in base if not np.array_equal(final[k], base[k])]

@@ -19,6 +19,7 @@ from rredcot.credit.advantages import (
     reward_to_go,
     token_advantages,
     whiten_groups,
+    zero_std_share,
 )
 
 # --- outcome advantages ----------------------------------------------------------------------
@@ -63,6 +64,19 @@ def test_per_group_advantages_population_std_and_zero_std():
     assert a[2] == pytest.approx(-0.25 / std7)
     assert [a[1], a[3], a[5], a[7]] == pytest.approx([1.0, 1.0, -1.0, -1.0])  # mean .5, std .5
     assert per_group_advantages([1.0, 1.0, 0.0], [0, 0, 1]).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_zero_std_share_counts_rows_of_flat_groups_by_the_given_labels():
+    # RRPO's halves: group 0 = (1, 0) has signal; group 1 = (0, 0) and group 2 = (1, 1, 1, 1) not
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert zero_std_share(rewards, [0, 0, 1, 1, 2, 2, 2, 2]) == pytest.approx(6 / 8)
+    # TRL's groups of 4 consecutive rows on the same rewards: (1, 0, 0, 0) has signal
+    assert zero_std_share(rewards, group_ids(8, 4)) == pytest.approx(4 / 8)
+    # the rows it counts are exactly those per_group_advantages leaves at 0
+    a = per_group_advantages(rewards, [0, 0, 1, 1, 2, 2, 2, 2])
+    assert (a == 0).float().mean().item() == pytest.approx(6 / 8)
+    with pytest.raises(ValueError, match="one group label per row"):
+        zero_std_share([1.0, 0.0], [0])
 
 
 # --- whitening and segment helpers ---------------------------------------------------------------

@@ -148,6 +148,25 @@ def per_group_advantages(
     return out.float()
 
 
+def zero_std_share(
+    rewards: torch.Tensor | Sequence[float],
+    groups: torch.Tensor | Sequence[int],
+    min_std: float = MIN_STD,
+) -> float:
+    """Share of rows whose group's rewards have std < `min_std`: the rows `per_group_advantages`
+    gives A = 0 (TRL's `frac_reward_zero_std`, but over these groups rather than TRL's n rows)."""
+    r = _rewards(rewards).double()
+    g = _groups(groups, r.numel())
+    if not r.numel():
+        raise ValueError("rewards: empty batch")
+    flat = sum(
+        int((g == label).sum())
+        for label in torch.unique(g)
+        if r[g == label].std(unbiased=False) < min_std
+    )
+    return flat / r.numel()
+
+
 def _groups(groups: torch.Tensor | Sequence[int], batch_size: int) -> torch.Tensor:
     g = torch.as_tensor(groups, dtype=torch.long)
     if g.shape != (batch_size,):

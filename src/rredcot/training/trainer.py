@@ -41,7 +41,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from rredcot.credit.advantages import group_ids, masked_stats
+from rredcot.credit.advantages import group_ids, masked_stats, zero_std_share
 from rredcot.generation.base import Completion, SamplingParams
 from rredcot.scoring.packed import GenerationCache
 from rredcot.tasks.base import Task
@@ -307,6 +307,13 @@ class CreditGRPOTrainer(GRPOTrainer):
         self._rows, self._generation = inputs, []
         output = super()._generate_and_score_completions(inputs)
         batch = self._rollout_batch(inputs, output)
+        if all("group" in row for row in inputs):
+            # TRL counted zero-std groups of n consecutive rows; a method that labels its own
+            # groups (RRPO/SRPO: n/2 fresh, n/2 reset rows) normalises over those, so count those.
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["frac_reward_zero_std"][-1] = zero_std_share(
+                batch.rewards, batch.groups
+            )
         start = time.perf_counter()
         # As TRL's generation: unwrapped, ZeRO-3 parameters gathered (always: the method's passes
         # must not be collectives), FSDP1 parameters summoned, activation checkpointing paused.

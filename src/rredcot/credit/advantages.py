@@ -21,7 +21,7 @@ whitens to 0 (no signal, std < 1e-8). All functions are pure: tensors in, tensor
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import pairwise
 from numbers import Real
@@ -138,11 +138,8 @@ def per_group_advantages(
     normalised on their own, so `groups` (B,) can be any labels, in any order.
     """
     r = _rewards(rewards).double()
-    g = _groups(groups, r.numel())
     out = torch.zeros_like(r)
-    for label in torch.unique(g):
-        rows = g == label
-        std = r[rows].std(unbiased=False)
+    for rows, std in _group_stds(r, _groups(groups, r.numel())):
         if std >= min_std:
             out[rows] = (r[rows] - r[rows].mean()) / std
     return out.float()
@@ -156,15 +153,18 @@ def zero_std_share(
     """Share of rows whose group's rewards have std < `min_std`: the rows `per_group_advantages`
     gives A = 0 (TRL's `frac_reward_zero_std`, but over these groups rather than TRL's n rows)."""
     r = _rewards(rewards).double()
-    g = _groups(groups, r.numel())
     if not r.numel():
         raise ValueError("rewards: empty batch")
-    flat = sum(
-        int((g == label).sum())
-        for label in torch.unique(g)
-        if r[g == label].std(unbiased=False) < min_std
-    )
+    groups = _groups(groups, r.numel())
+    flat = sum(int(rows.sum()) for rows, std in _group_stds(r, groups) if std < min_std)
     return flat / r.numel()
+
+
+def _group_stds(r: torch.Tensor, g: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(row mask, population std of its rewards) per group label of `g`."""
+    for label in torch.unique(g):
+        rows = g == label
+        yield rows, r[rows].std(unbiased=False)
 
 
 def _groups(groups: torch.Tensor | Sequence[int], batch_size: int) -> torch.Tensor:

@@ -310,6 +310,8 @@ class CreditGRPOTrainer(GRPOTrainer):
         if all("group" in row for row in inputs):
             # TRL counted zero-std groups of n consecutive rows; a method that labels its own
             # groups (RRPO/SRPO: n/2 fresh, n/2 reset rows) normalises over those, so count those.
+            # Labelled groups lie within one process's rows; TRL's may span processes, so its
+            # gathered value stays for every other method.
             mode = "train" if self.model.training else "eval"
             self._metrics[mode]["frac_reward_zero_std"][-1] = zero_std_share(
                 batch.rewards, batch.groups

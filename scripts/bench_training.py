@@ -34,6 +34,7 @@ import torch
 from transformers import TrainerCallback
 
 from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world
+from rredcot.method_registry import RESET_METHODS
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.models.sft import SFTSettings, run_sft
 from rredcot.models.tiny import DEFAULT_TINY_ARCH, build_tiny_model
@@ -142,7 +143,7 @@ def main() -> None:
         for spec in args.methods:
             name, extra = method_settings(spec)
             out = work / f"{spec.replace(':', '_')}-{repeat}"
-            if name in ("rrpo", "srpo"):  # their official loss: on-policy per-sequence mean
+            if name in RESET_METHODS:  # their official loss: on-policy per-sequence mean
                 extra = {"loss_type": "grpo", "kl_beta": 0.0, **extra}
                 # the embedded default's localization budget (config.yaml training.resets)
                 extra.setdefault("resets", {"localization_max_new_tokens": 32})

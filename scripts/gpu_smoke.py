@@ -36,6 +36,7 @@ from bench_training import quick_base, step_times  # noqa: E402 (scripts/ is not
 
 from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
+from rredcot.method_registry import RESET_METHODS  # noqa: E402
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
 from rredcot.tasks import get_task  # noqa: E402
 from rredcot.training import METHODS, TrainingSettings, train_policy  # noqa: E402
@@ -141,7 +142,7 @@ def method_settings(
         "mc": {"n_rollouts": sizes.mc_rollouts, "budget": sizes.mc_budget},
         "resets": {"localization_max_new_tokens": sizes.localization_max_new_tokens},
     }
-    if method in ("rrpo", "srpo"):
+    if method in RESET_METHODS:
         values.update(loss_type="grpo", kl_beta=0.0)
     if lora:
         values.update(lora={"r": sizes.lora_rank, "alpha": sizes.lora_rank}, learning_rate=5e-4)

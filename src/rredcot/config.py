@@ -60,8 +60,24 @@ def _copy(value: Any) -> Any:
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The config schema, with the parts that list training methods filled in from
+    `rredcot.method_registry` (the one list of methods; the YAML leaves those places open)."""
+    from rredcot.method_registry import schema_fragments
+
     with open(path) as fh:
-        return yaml.safe_load(fh)
+        schema = yaml.safe_load(fh)
+    fragments = schema_fragments()
+    names = fragments["names"]
+    try:
+        training = schema["properties"]["training"]["properties"]
+        training["methods"]["items"]["enum"] = list(names)
+        variant = training["variants"]["items"]["properties"]
+        variant["name"]["not"] = {"enum": ["base", *names]}
+        variant["method"]["enum"] = list(names)
+        training["per_method"]["properties"] = fragments["per_method"]
+    except KeyError as err:
+        raise ConfigError(f"{path}: the schema has no place for the method list ({err})") from err
+    return schema
 
 
 def _describe(error: ValidationError, prefix: str = "") -> str:

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-RESET_METHODS: tuple[str, ...] = ("rrpo", "srpo")
-"""Methods whose loss is TRL's only under loss_type grpo, kl_beta 0, an even num_generations."""
+from rredcot.method_registry import RESET_METHODS, method_spec
 
 
 def settings_error(values: Mapping[str, Any]) -> str | None:
@@ -19,6 +18,11 @@ def settings_error(values: Mapping[str, Any]) -> str | None:
         return (
             f"training: method {method!r} needs loss_type 'grpo', kl_beta 0 and an even "
             f"num_generations; got {loss_type!r}, {kl_beta}, {n}"
+        )
+    if method_spec(method).analysis_only and values["task"] != "synthetic":
+        return (
+            f"training.methods: {method!r} reads the synthetic world's step checker, an oracle "
+            f"no real dataset has; it cannot train on task {values['task']!r}"
         )
     if values["use_vllm"] and values["device"] == "cpu":
         return (

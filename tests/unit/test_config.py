@@ -99,7 +99,7 @@ SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method o
     *("num_processes", "device", "bf16", "keep_stale_checkpoints"),
 }  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
-    "credit": {"rredcot", "mc"},
+    "credit": {"rredcot", "mc", "oracle_step"},
     "mc_batch_size": {"mc"},
     "resets": {"rrpo", "srpo"},
     "reference": {"rredcot"},  # which reference RREDCoT reads (own_path: the oracle variant)
@@ -118,6 +118,33 @@ def test_per_method_keys_are_the_training_keys_that_apply(schema):
     for method, sub in per_method.items():
         extra = {k for k, methods in METHOD_ONLY_KEYS.items() if method in methods}
         assert set(sub["propertyNames"]["enum"]) == run_keys | extra, method
+
+
+def test_the_schema_lists_the_registrys_methods(repo, schema):
+    """The method names in the schema (methods, variants, per_method) are the registry's, in
+    its order, and a variant may not take a method's name or `base`."""
+    from rredcot.method_registry import METHOD_SPECS, SHARED_RUN_KEYS
+    from rredcot.training.methods import METHODS
+
+    names = list(METHOD_SPECS)
+    assert list(METHODS) == names
+    assert all(METHODS[n].name == n for n in names)  # each class answers to its entry's name
+    training = schema["properties"]["training"]["properties"]
+    assert training["methods"]["items"]["enum"] == names
+    variant = training["variants"]["items"]["properties"]
+    assert variant["method"]["enum"] == names and variant["name"]["not"]["enum"] == ["base", *names]
+    assert list(training["per_method"]["properties"]) == names
+    shared = set(training) - SHARED_TRAINING_KEYS - set(METHOD_ONLY_KEYS)
+    assert set(SHARED_RUN_KEYS) == shared
+    # the YAML itself lists no method: one list, the registry's
+    text = (repo / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    assert "enum: [grpo, rredcot" not in text and "\n          rredcot:\n" not in text
+
+
+def test_a_variant_named_like_a_method_is_refused(schema, default):
+    default["training"]["variants"] = [{"name": "oracle_step", "method": "grpo"}]
+    with pytest.raises(ConfigError, match=r"training\.variants\.0\.name"):
+        validate_config(default, schema)
 
 
 def test_arch_keys_are_the_tiny_models_and_qwen3config_fields(schema):

@@ -75,18 +75,19 @@ def test_mc_rollouts_go_through_the_vllm_engine(fake_vllm, tokenizer, tmp_path, 
 
     fake_vllm.respond = respond
     seen = []
-    sigmas = MCMethod.sigmas
+    segment_credit = MCMethod.segment_credit
 
     def spy(self, batch, policy):
-        out = sigmas(self, batch, policy)
+        out = segment_credit(self, batch, policy)
         seen.append((batch, out))
         return out
 
-    monkeypatch.setattr(MCMethod, "sigmas", spy)
+    monkeypatch.setattr(MCMethod, "segment_credit", spy)
     trainer = mc_trainer(tokenizer, tmp_path, lora)
     trainer.train()
 
-    ((batch, (sigma, boundaries, _, metrics)),) = seen
+    ((batch, credit),) = seen
+    boundaries, metrics = credit.boundaries, credit.metrics
     assert isinstance(batch.engine, TRLEngineBackend)
     rollouts = [c for c in fake_vllm.trl_calls if c[1].get("stop")]
     assert len(rollouts) == 1  # every state of the batch in one engine call
@@ -103,7 +104,7 @@ def test_mc_rollouts_go_through_the_vllm_engine(fake_vllm, tokenizer, tmp_path, 
     assert "stop" not in engine.generation_kwargs
     # every rollout answers 1, so V̂(s_0) = 1 and Σσ = R − 1
     assert batch.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
-    for s, r in zip(sigma, batch.rewards.tolist(), strict=True):
+    for s, r in zip(credit.sigmas, batch.rewards.tolist(), strict=True):
         assert float(s.sum()) == pytest.approx(r - 1.0)
     assert metrics["credit/mc_vllm"] == 1.0 and metrics["credit/mc_drop_rate"] == 0.0
     logged = trainer.state.log_history[0]

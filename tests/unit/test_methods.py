@@ -224,7 +224,13 @@ def test_rredcot_sigma_is_the_estimators_and_fills_its_segments(model, tokenizer
     estimator = RREDCoTConfig(return_equivalence=equivalence)
     m = method("rredcot", tokenizer, segmentation=seg, rredcot=estimator)
     batch = make_batch(tokenizer)
-    sigmas, boundaries, tokens, metrics = m.sigmas(batch, model)
+    credit = m.segment_credit(batch, model)
+    sigmas, boundaries, tokens, metrics = (
+        credit.sigmas,
+        credit.boundaries,
+        credit.forward_tokens,
+        credit.metrics,
+    )
     task = get_task("synthetic")
     for i, (sigma, b) in enumerate(zip(sigmas, boundaries, strict=True)):
         response = strip_eos(batch.completion(i), [tokenizer.eos_token_id])
@@ -259,13 +265,13 @@ def test_rredcot_scores_identical_responses_once(model, tokenizer):
     m = method("rredcot", tokenizer)
     twice = [RESPONSES[0], RESPONSES[0], RESPONSES[2], RESPONSES[3]]
     batch = make_batch(tokenizer, responses=twice)
-    sigmas, _, tokens, metrics = m.sigmas(batch, model)
-    assert metrics["credit/scored_fraction"] == 3 / 4
-    torch.testing.assert_close(sigmas[0], sigmas[1])
-    alone, _, alone_tokens, _ = m.sigmas(make_batch(tokenizer, responses=twice[1:]), model)
-    torch.testing.assert_close(sigmas[1:], alone, atol=1e-6, rtol=1e-6)
+    credit = m.segment_credit(batch, model)
+    assert credit.metrics["credit/scored_fraction"] == 3 / 4
+    torch.testing.assert_close(credit.sigmas[0], credit.sigmas[1])
+    alone = m.segment_credit(make_batch(tokenizer, responses=twice[1:]), model)
+    torch.testing.assert_close(credit.sigmas[1:], alone.sigmas, atol=1e-6, rtol=1e-6)
     # the duplicate costs nothing: each distinct response is encoded (and scored) once
-    assert tokens == alone_tokens
+    assert credit.forward_tokens == alone.forward_tokens
 
 
 def test_rredcot_with_sampled_suffixes_draws_per_step(model, tokenizer, monkeypatch):
@@ -273,11 +279,10 @@ def test_rredcot_with_sampled_suffixes_draws_per_step(model, tokenizer, monkeypa
     sampled = method("rredcot", tokenizer, rredcot=RREDCoTConfig(suffixes=1))
     every = method("rredcot", tokenizer)
     batch = make_batch(tokenizer)
-    sigmas, _, tokens, _ = sampled.sigmas(batch, model)
-    again, _, _, _ = sampled.sigmas(batch, model)
-    _, _, all_tokens, _ = every.sigmas(batch, model)
-    assert tokens < all_tokens
-    for a, b in zip(sigmas, again, strict=True):
+    credit = sampled.segment_credit(batch, model)
+    again = sampled.segment_credit(batch, model)
+    assert credit.forward_tokens < every.segment_credit(batch, model).forward_tokens
+    for a, b in zip(credit.sigmas, again.sigmas, strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     seeds = []
     real = rredcot_method_module.rredcot_credit_batch
@@ -287,7 +292,7 @@ def test_rredcot_with_sampled_suffixes_draws_per_step(model, tokenizer, monkeypa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rredcot_method_module, "rredcot_credit_batch", spy)
-    sampled.sigmas(dataclasses.replace(batch, step=7, seed=2), model)
+    sampled.segment_credit(dataclasses.replace(batch, step=7, seed=2), model)
     assert seeds == ["2/7"]
 
 
@@ -314,7 +319,8 @@ def test_mc_sigma_sums_to_return_minus_first_value(model, tokenizer):
     mc = MCConfig(n_rollouts=2, budget=6, truncation="zero")
     m = method("mc", tokenizer, segmentation=SegmentationConfig(num_segments=2), mc=mc)
     batch = make_batch(tokenizer)
-    sigmas, boundaries, tokens, metrics = m.sigmas(batch, model)
+    credit = m.segment_credit(batch, model)
+    sigmas, tokens, metrics = credit.sigmas, credit.forward_tokens, credit.metrics
     assert [s.shape for s in sigmas] == [(2,)] * 4
     # truncation "zero": every rollout counts, so V̂(s_0) ∈ {0, 0.5, 1} and Σσ = R − V̂(s_0)
     for sigma, (*_, reward) in zip(sigmas, RESPONSES, strict=True):
@@ -357,15 +363,79 @@ def test_credit_under_lora_is_the_adapted_policys(model, tokenizer, name, monkey
         blocks["mc"] = MCConfig(n_rollouts=2, budget=6, truncation="zero")
     m = method(name, tokenizer, **blocks)
     batch = make_batch(tokenizer)
-    got = m.sigmas(batch, adapted)
-    want = m.sigmas(batch, merged)
-    on_base = m.sigmas(batch, model)
-    for a, b in zip(got[0], want[0], strict=True):
+    got = m.segment_credit(batch, adapted)
+    want = m.segment_credit(batch, merged)
+    on_base = m.segment_credit(batch, model)
+    for a, b in zip(got.sigmas, want.sigmas, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
-    assert got[1] == want[1] and got[3] == pytest.approx(want[3], abs=1e-4)
+    assert got.boundaries == want.boundaries
+    assert got.metrics == pytest.approx(want.metrics, abs=1e-4)
     if name == "mc":
         assert rollouts[0] == rollouts[1] != rollouts[2]
     else:  # the tiny random policy's potentials are ~1e-27: compare them relatively
-        phi0 = [out[3]["credit/phi0_mean"] for out in (got, want, on_base)]
+        phi0 = [out.metrics["credit/phi0_mean"] for out in (got, want, on_base)]
         assert phi0[0] == pytest.approx(phi0[1], rel=1e-3, abs=0)
         assert phi0[0] != pytest.approx(phi0[2], rel=1e-2, abs=0)
+
+
+# --- oracle_step: the positive control's checker values -----------------------------------------
+
+PROGRAMS = [  # the answer keys of ROWS (modulus 10)
+    Program(
+        10, (("a", 3), ("b", 8), ("c", 2)), (Step("d", "a", "+", "b"), Step("e", "d", "*", "a"))
+    ),
+    Program(
+        10, (("a", 1), ("b", 2), ("c", 4)), (Step("d", "c", "-", "a"), Step("e", "d", "+", "b"))
+    ),
+]
+
+
+def test_oracle_line_values_by_hand():
+    from rredcot.credit.oracle import checker_values, line_accuracy, lines_written
+
+    assert lines_written("a\nbb\nc", [0, 1, 2, 4, 6]) == [0, 1, 1, 2, 3]
+    assert lines_written("a\n", [1, 2]) == [1, 2]  # the empty last line ends at the end
+    # right / attempted up to the first error: (3 + 1 + 0) / (3 + 2 + 1)
+    assert line_accuracy([None, 2, 1], [3, 3, 3]) == pytest.approx(4 / 6)
+    assert checker_values([0, 1, 2], 2, 3, 0.5) == [0.125, 0.25, 0.0]
+    assert checker_values([0, 1, 2], None, 3, 0.5) == [0.125, 0.25, 0.5]
+    with pytest.raises(ValueError, match="not a line"):
+        line_accuracy([4], [3])
+
+
+def test_oracle_step_credits_each_line_by_the_checker(model, tokenizer):
+    """RESPONSES: right; wrong at line 1; right; line 2 cut short (malformed). p̂ = 7/9 (lines
+    right 3 + 0 + 3 + 1 of attempted 3 + 1 + 3 + 2); V(s_k) = p̂^(3 − k) before the first
+    error, 0 after it, V(s_K) = R."""
+    batch = make_batch(tokenizer)
+    keys = [PROGRAMS[p].to_json() for p, *_ in RESPONSES]
+    rows = [{**row, "program": key} for row, key in zip(batch.rows, keys, strict=True)]
+    batch = dataclasses.replace(batch, rows=rows)
+    m = method("oracle_step", tokenizer)
+    credit = m.segment_credit(batch, model)
+    p = 7 / 9
+    want = [
+        [p**2 - p**3, p - p**2, 1 - p],
+        [-(p**3), 0.0, 0.0],
+        [p**2 - p**3, p - p**2, 1 - p],
+        [p**2 - p**3, -(p**2)],
+    ]
+    for got, expected in zip(credit.sigmas, want, strict=True):
+        torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64))
+    assert credit.forward_tokens == 0
+    assert credit.metrics["credit/oracle_line_accuracy"] == pytest.approx(p)
+    assert credit.metrics["credit/oracle_error_share"] == 0.5
+    # one segment per line: the boundaries sit before each newline of the response
+    text = RESPONSES[0][1]
+    cuts = [i for i, ch in enumerate(text) if ch == "\n"]
+    assert credit.boundaries[0] == [0, *cuts, len(text)]  # the byte tokenizer: one token a char
+    out = m.advantages(batch, model)  # the shared §4 path: the wrong line is pushed down
+    b = credit.boundaries[1]
+    assert (out.advantages[1, b[0] : b[1]] < 0).all() and (out.advantages[0] >= 0).all()
+
+
+def test_oracle_step_needs_the_answer_key(model, tokenizer):
+    with pytest.raises(ValueError, match="program"):
+        method("oracle_step", tokenizer).segment_credit(make_batch(tokenizer), model)
+    with pytest.raises(ValueError, match="synthetic world's step checker"):
+        TrainingSettings(method="oracle_step", task="math")

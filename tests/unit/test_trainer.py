@@ -40,7 +40,8 @@ from rredcot.training import (
     training_rows,
 )
 from rredcot.training.curves import CurveSettings, evaluate_policy
-from rredcot.training.methods import GRPOMethod, Method, MethodOutput, RolloutBatch
+from rredcot.training.methods import Method, MethodOutput, RolloutBatch
+from rredcot.training.methods.grpo import GRPOMethod
 from rredcot.training.methods.rredcot import RREDCoTMethod
 from rredcot.training.run import (
     RUN_RECORD,

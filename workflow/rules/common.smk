@@ -5,8 +5,6 @@ import shlex
 import sys
 from pathlib import Path
 
-from snakemake.utils import validate
-
 SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
@@ -30,13 +28,12 @@ from rredcot.data.registry import (  # noqa: E402
 )
 from rredcot.training_rules import run_settings  # noqa: E402
 
-SCHEMA = "../schemas/config.schema.yaml"
-# Our own check first: it names the offending key and what is allowed.
+# The config against workflow/schemas/config.schema.yaml, defaults filled in, once: our check
+# names the offending key and what is allowed (snakemake.utils.validate would repeat it).
 validate_config(
     config,
     load_schema(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"),
 )
-validate(config, SCHEMA)
 
 # Every job's conda environment under `--use-conda`: the CPU one, or envs/rredcot-gpu.yaml
 # (CUDA torch, vLLM, DeepSpeed) on GPU nodes. Relative to this file, as `conda:` wants it.

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from rredcot.credit.redistribution import terminal_credit
 from rredcot.generation.base import Completion, GenerationBackend, SamplingParams
 from rredcot.segmentation import check_boundaries
 from rredcot.tasks.base import Grade, Task
@@ -358,17 +359,9 @@ def mc_segment_credit(values: torch.Tensor | Sequence[float], reward: float) -> 
 
     values: (K+1,) V̂(s_0) … V̂(s_K) (the last entry is replaced by R). Returns sigma (K,) float64.
     NaN values propagate: σ_k is NaN when V̂(s_k) or V̂(s_{k−1}) is (see the module docstring).
+    The terminal correction of `rredcot.credit.redistribution.terminal_credit`, on MC values.
     """
-    v = torch.as_tensor(values, dtype=torch.float64).clone()
-    if v.ndim != 1 or v.numel() < 1:
-        raise ValueError(f"values: expected a 1-D tensor of K+1 >= 1 entries, got {tuple(v.shape)}")
-    if isinstance(reward, bool) or not isinstance(reward, Real) or not math.isfinite(reward):
-        raise ValueError(f"reward: expected a finite number R, got {reward!r}")
-    if torch.isinf(v).any():
-        bad = torch.nonzero(torch.isinf(v)).flatten().tolist()
-        raise ValueError(f"values: entries {bad} are infinite")
-    v[-1] = float(reward)  # (K+1,)
-    return v[1:] - v[:-1]  # (K,)
+    return terminal_credit(values, reward)
 
 
 __all__ = [

@@ -20,7 +20,9 @@ position k − 1. Segment k of a list of traces can have different K, hence the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Real
 
 import torch
 
@@ -66,6 +68,26 @@ def raw_credit(phi: torch.Tensor | Sequence[float]) -> torch.Tensor:
     return phi[1:] - phi[:-1]  # (K,)
 
 
+def terminal_credit(values: torch.Tensor | Sequence[float], R: float) -> torch.Tensor:  # noqa: N803
+    """σ_k = V_k − V_{k−1}, k = 1 … K, with V_K := R: the terminal correction, one home for it.
+
+    values: (K+1,) a value or potential per state s_0 … s_K; the last entry is replaced by the
+    return R, so Σ_k σ_k = R − V_0 whatever V_K was (it need not even be computed: RREDCoT does
+    not score s_K, MC does not roll out from it). NaN entries propagate into the two σ next to
+    them (MC's states without an estimate); infinite ones are errors. Returns sigma (K,) float64.
+    """
+    v = torch.as_tensor(values, dtype=torch.float64).clone()
+    if v.ndim != 1 or v.numel() < 1:
+        raise ValueError(f"values: expected a 1-D tensor of K+1 >= 1 entries, got {tuple(v.shape)}")
+    if isinstance(R, bool) or not isinstance(R, Real) or not math.isfinite(R):
+        raise ValueError(f"R: expected a finite return (the reward), got {R!r}")
+    if torch.isinf(v).any():
+        bad = torch.nonzero(torch.isinf(v)).flatten().tolist()
+        raise ValueError(f"values: entries {bad} are infinite")
+    v[-1] = float(R)  # (K+1,)
+    return v[1:] - v[:-1]  # (K,)
+
+
 def redistribute(
     phi: torch.Tensor | Sequence[float],
     R: float,  # noqa: N803 (the symbol of METHOD.md)
@@ -81,17 +103,15 @@ def redistribute(
         raise ValueError(f"mode: {mode!r} is not allowed; choose one of {list(RETURN_EQUIVALENCE)}")
     if not eps >= 0:
         raise ValueError(f"eps: expected a number ≥ 0, got {eps!r}")
+    if isinstance(R, bool) or not isinstance(R, Real) or not math.isfinite(R):
+        raise ValueError(f"R: expected a finite return (the reward), got {R!r}")
     R = float(R)
-    if not torch.isfinite(torch.tensor(R)):
-        raise ValueError(f"R: expected a finite return, got {R!r}")
     phi = _vector("phi", phi, 2)
     h = raw_credit(phi)  # (K,)
     total = h.sum()
     if mode == "rescale" and total.abs() > eps:
         return h * (R / total)
-    sigma = h.clone()
-    sigma[-1] += R - phi[-1]
-    return sigma
+    return terminal_credit(phi, R)
 
 
 def redistribute_batch(

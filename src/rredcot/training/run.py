@@ -46,6 +46,7 @@ from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.machine import machine_info
+from rredcot.method_registry import method_spec
 from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
@@ -111,7 +112,7 @@ class TrainingSettings:
     """
 
     method: str = "grpo"
-    """One of `METHODS`: grpo | rredcot | mc | rrpo | srpo."""
+    """One of `METHODS` (`rredcot.method_registry.METHOD_SPECS`)."""
     seed: int = 0
     """Seed of data order, sampling and the MC rollouts."""
     task: str = "synthetic"
@@ -326,7 +327,7 @@ def check_collectives(settings: TrainingSettings, num_processes: int) -> None:
     process to make the same calls with the same sizes. (ZeRO-3 is refused by the trainer for
     RRPO/SRPO.)
     """
-    if settings.method not in ("rrpo", "srpo", "mc") or num_processes == 1:
+    if not method_spec(settings.method).own_rollouts or num_processes == 1:
         return
     if not settings.use_vllm:
         return
@@ -352,7 +353,7 @@ def grpo_config(
         num_processes = launched_processes(settings.device)
     per_device, accumulation = batch_layout(settings, num_processes)
     check_collectives(settings, num_processes)
-    resets = settings.method in ("rrpo", "srpo")
+    resets = method_spec(settings.method).resets
     config = GRPOConfig(
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
@@ -433,10 +434,17 @@ def training_rows(
         raise ValueError(f"train table: lacks column(s) {missing}; has {table.columns}")
     if settings.max_problems is not None:
         table = table.head(settings.max_problems)
-    if settings.reference == "own_path" and "program" not in table.columns:
+    oracle = method_spec(settings.method).analysis_only
+    keyed = oracle or settings.reference == "own_path"
+    if keyed and "program" not in table.columns:
+        why = (
+            f"training.method: {settings.method} reads the world's step checker"
+            if oracle
+            else "training.reference: own_path writes the key on each response's path"
+        )
         raise ValueError(
-            "training.reference: own_path writes the key on each response's path and needs the "
-            f"synthetic world's `program` column; the train table has {table.columns}"
+            f"{why} and needs the synthetic world's `program` column; the train table has "
+            f"{table.columns}"
         )
     rows, without_reference = [], []
     for row in table.iter_rows(named=True):
@@ -455,7 +463,7 @@ def training_rows(
                 "answer": row["answer"],
                 "reference": row[ref],
                 "problem_id": row["id"],
-                **({"program": row["program"]} if settings.reference == "own_path" else {}),
+                **({"program": row["program"]} if keyed else {}),
             }
         )
     if without_reference:
@@ -585,19 +593,7 @@ def build_trainer(
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
     if method is None:
-        method = build_method(
-            settings.method,
-            task,
-            tokenizer,
-            eos_ids,
-            segmentation=settings.segmentation,
-            credit=settings.credit,
-            rredcot=settings.rredcot,
-            reference=settings.reference,
-            mc=settings.mc,
-            mc_batch_size=settings.mc_batch_size,
-            resets=settings.resets,
-        )
+        method = build_method(settings.method, task, tokenizer, eos_ids, settings)
     trainer = CreditGRPOTrainer(
         model=model,
         reward_funcs=[correctness_reward(task)],

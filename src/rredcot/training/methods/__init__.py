@@ -1,46 +1,53 @@
 """Training methods by name: one short file each, all over the shared credit code.
 
-    grpo     outcome advantage A_i on every token (TRL's GRPO)            methods/grpo.py
-    rredcot  RREDCoT σ_{i,k} per segment → token advantages               methods/rredcot.py
-    mc       VinePPO-style Monte Carlo σ_k = V̂(s_k) − V̂(s_{k−1})         methods/mc.py
-    rrpo     resets at a uniform random step of a failed chain              methods/rrpo.py
-    srpo     resets where the policy localizes its own first error          methods/srpo.py
-             (rrpo and srpo sample their own groups: methods/resets.py)
+The list of methods, with what the workflow needs to know of each, is
+`rredcot.method_registry.METHOD_SPECS` (torch-free); `METHODS` maps each name to its class:
 
-A new method is a subclass of `Method` in its own file plus one entry in `METHODS` and one
-branch in `build_method`.
+    grpo         outcome advantage A_i on every token (TRL's GRPO)          methods/grpo.py
+    rredcot      RREDCoT σ_{i,k} per segment → token advantages             methods/rredcot.py
+    mc           VinePPO-style Monte Carlo σ_k = V̂(s_k) − V̂(s_{k−1})       methods/mc.py
+    rrpo         resets at a uniform random step of a failed chain            methods/rrpo.py
+    srpo         resets where the policy localizes its own first error        methods/srpo.py
+                 (rrpo and srpo sample their own groups: methods/resets.py)
+    oracle_step  positive control: per-line values from the world's checker  methods/oracle_step.py
+
+A new method is a subclass of `Method` (a credit method: of `SegmentCreditMethod`, which turns
+its σ into token advantages) with a `from_settings` factory, in its own file, plus one
+`MethodSpec` in `rredcot.method_registry`.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from rredcot.credit.advantages import CreditConfig
-from rredcot.credit.mc import MCConfig
-from rredcot.credit.rredcot import RREDCoTConfig
-from rredcot.segmentation import SegmentationConfig
+from rredcot.method_registry import METHOD_SPECS, method_spec
 from rredcot.training.methods.base import (
     Method,
     MethodOutput,
+    MethodSettings,
     RolloutBatch,
+    SegmentCredit,
+    SegmentCreditMethod,
     SegmentedCompletion,
     segment_completions,
 )
-from rredcot.training.methods.grpo import GRPOMethod
-from rredcot.training.methods.mc import MCMethod
 from rredcot.training.methods.resets import ResetConfig
-from rredcot.training.methods.rredcot import RREDCoTMethod
-from rredcot.training.methods.rrpo import RRPOMethod
-from rredcot.training.methods.srpo import SRPOMethod
+
+
+def _load(implementation: str) -> type[Method]:
+    module, _, name = implementation.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise TypeError(f"{implementation} is not a Method subclass")
+    return cls
+
 
 METHODS: dict[str, type[Method]] = {
-    "grpo": GRPOMethod,
-    "rredcot": RREDCoTMethod,
-    "mc": MCMethod,
-    "rrpo": RRPOMethod,
-    "srpo": SRPOMethod,
+    name: _load(spec.implementation) for name, spec in METHOD_SPECS.items()
 }
+"""Every training method's class, by name (from `METHOD_SPECS`)."""
 
 
 def build_method(
@@ -48,53 +55,29 @@ def build_method(
     task: Any,
     tokenizer: Any,
     eos_ids: Sequence[int],
-    *,
-    segmentation: SegmentationConfig | None = None,
-    credit: CreditConfig | None = None,
-    rredcot: RREDCoTConfig | None = None,
-    reference: str = "configured",
-    mc: MCConfig | None = None,
-    mc_batch_size: int = 64,
-    resets: ResetConfig | None = None,
+    settings: Any = None,
+    **blocks: Any,
 ) -> Method:
-    """The method called `name` with its settings (the blocks it does not use are ignored)."""
-    if name not in METHODS:
-        raise ValueError(
-            f"method: {name!r} is not a training method; choose one of {list(METHODS)}"
-        )
-    segmentation = segmentation or SegmentationConfig()
-    credit = credit or CreditConfig()
-    if name == "grpo":
-        return GRPOMethod()
-    if name == "rredcot":
-        return RREDCoTMethod(
-            task,
-            tokenizer,
-            list(eos_ids),
-            segmentation,
-            rredcot or RREDCoTConfig(),
-            credit,
-            reference=reference,
-        )
-    if name in ("rrpo", "srpo"):
-        reset_method = RRPOMethod if name == "rrpo" else SRPOMethod
-        return reset_method(task, tokenizer, list(eos_ids), segmentation, resets or ResetConfig())
-    return MCMethod(
-        task, tokenizer, list(eos_ids), segmentation, mc or MCConfig(), credit, mc_batch_size
-    )
+    """The method called `name` with its settings: a run's `TrainingSettings` (or a
+    `MethodSettings`), else `MethodSettings(**blocks)` (defaults for the blocks not given;
+    None means the default). The blocks a method does not use are ignored."""
+    method_spec(name)  # the error that lists the methods
+    if settings is None:
+        settings = MethodSettings(**{k: v for k, v in blocks.items() if v is not None})
+    elif blocks:
+        raise ValueError("build_method: give either settings or blocks, not both")
+    return METHODS[name].from_settings(settings, task, tokenizer, list(eos_ids))
 
 
 __all__ = [
     "METHODS",
-    "GRPOMethod",
-    "MCMethod",
     "Method",
     "MethodOutput",
-    "RREDCoTMethod",
-    "RRPOMethod",
+    "MethodSettings",
     "ResetConfig",
     "RolloutBatch",
-    "SRPOMethod",
+    "SegmentCredit",
+    "SegmentCreditMethod",
     "SegmentedCompletion",
     "build_method",
     "segment_completions",

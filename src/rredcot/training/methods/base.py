@@ -31,6 +31,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.mc import MCConfig
+from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.generation.base import GenerationBackend
 from rredcot.scoring import token_logprobs
 from rredcot.scoring.packed import GenerationCache
@@ -110,6 +113,74 @@ class Method(ABC):
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
         """The advantages of `batch` under the current `policy` (in eval mode, no grad)."""
 
+    @classmethod
+    @abstractmethod
+    def from_settings(
+        cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
+    ) -> Method:
+        """The method with its blocks of `settings` (a `MethodSettings` or a run's
+        `TrainingSettings`: the same attributes); the blocks it does not use are ignored."""
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """The setting blocks the methods read, with their defaults (the attributes of a run's
+    `TrainingSettings` that `from_settings` may read; a test or script builds one directly)."""
+
+    segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
+    credit: CreditConfig = field(default_factory=CreditConfig)
+    rredcot: RREDCoTConfig = field(default_factory=RREDCoTConfig)
+    reference: str = "configured"
+    mc: MCConfig = field(default_factory=MCConfig)
+    mc_batch_size: int = 64
+    resets: Any = None
+    """RRPO/SRPO's `ResetConfig` (None: its defaults; it lives with the reset methods)."""
+
+
+@dataclass(frozen=True)
+class SegmentCredit:
+    """What a credit method computes for a batch: σ_i (K_i,) per row, the boundaries
+    0 = b_0 < … < b_K of each row's response, the forward tokens spent and `credit/…` metrics."""
+
+    sigmas: list[torch.Tensor]
+    boundaries: list[list[int]]
+    forward_tokens: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TaskMethod(Method):
+    """A method that reads the responses themselves: the task (prompts, grading), the tokenizer
+    and the ids that end a response."""
+
+    task: Any
+    tokenizer: Any
+    eos_ids: Sequence[int]
+
+
+class SegmentCreditMethod(TaskMethod):
+    """A method that scores every segment (σ_{i,k}) and turns the scores into token advantages
+    the one way METHOD.md §4 states (`token_advantages` under the `credit` block): RREDCoT, MC,
+    the checker oracle. A subclass implements `segment_credit` and has a `credit` field."""
+
+    credit: CreditConfig
+
+    @abstractmethod
+    def segment_credit(self, batch: RolloutBatch, policy: torch.nn.Module) -> SegmentCredit:
+        """σ of every segment of every row of `batch` under `policy`."""
+
+    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
+        credit = self.segment_credit(batch, policy)
+        advantages = token_advantages(
+            credit.sigmas,
+            credit.boundaries,
+            batch.groups,
+            batch.completion_mask,
+            self.credit,
+            batch.outcome_advantages,
+        )  # (B, T)
+        return MethodOutput(advantages, credit.forward_tokens, credit.metrics)
+
 
 # --------------------------------------------------------------------------- shared credit step
 
@@ -136,7 +207,7 @@ def strip_eos(completion: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
     return ids
 
 
-def _needs_scores(config: SegmentationConfig) -> bool:
+def needs_scores(config: SegmentationConfig) -> bool:
     """Does the segmentation strategy read token entropies or log-probs?"""
     return config.strategy in ("hybrid", "entropy_topq", "low_prob_cutpoints")
 
@@ -177,7 +248,7 @@ def segment_completions(
     per row, (log π(τ_t | x ⊕ τ_<t), H_t) of the completion without its closing EOS (RREDCoT
     reads them off its scorer's encoding pass). Returns the traces and the forward tokens spent.
     """
-    needed = _needs_scores(config)
+    needed = needs_scores(config)
     if scores is not None and len(scores) != len(batch):
         raise ValueError(f"scores: expected one (logprobs, entropies) per row ({len(batch)})")
     logprobs, entropies, tokens = (

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.mc import (
     MCConfig,
     MCTrace,
@@ -35,9 +35,10 @@ from rredcot.generation.base import derive_seed
 from rredcot.generation.hf import HFBackend
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
-    Method,
-    MethodOutput,
+    MethodSettings,
     RolloutBatch,
+    SegmentCredit,
+    SegmentCreditMethod,
     mean_segments,
     segment_completions,
 )
@@ -59,7 +60,7 @@ def fill_missing_values(values: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 @dataclass
-class MCMethod(Method):
+class MCMethod(SegmentCreditMethod):
     """MC state values (N rollouts per state, budget L) → σ_k → token advantages (§4, §5)."""
 
     name: ClassVar[str] = "mc"
@@ -71,19 +72,28 @@ class MCMethod(Method):
         "credit/mc_vllm",
     )
 
-    task: Any
-    tokenizer: Any
-    eos_ids: Sequence[int]
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     mc: MCConfig = field(default_factory=MCConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)
     batch_size: int = 64
     """Rollout rows per `generate` call."""
 
-    def sigmas(
-        self, batch: RolloutBatch, policy: torch.nn.Module
-    ) -> tuple[list[torch.Tensor], list[list[int]], int, dict[str, float]]:
-        """σ_i (K_i,) and boundaries of every row, forward tokens spent, and metrics."""
+    @classmethod
+    def from_settings(
+        cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
+    ) -> MCMethod:
+        return cls(
+            task,
+            tokenizer,
+            list(eos_ids),
+            settings.segmentation,
+            settings.mc,
+            settings.credit,
+            settings.mc_batch_size,
+        )
+
+    def segment_credit(self, batch: RolloutBatch, policy: torch.nn.Module) -> SegmentCredit:
+        """σ_i (K_i,) of every row from MC values of its states."""
         segs, tokens = segment_completions(
             policy, self.tokenizer, batch, self.segmentation, self.eos_ids
         )
@@ -126,16 +136,4 @@ class MCMethod(Method):
             "credit/mc_missing_states": float(missing),
             "credit/mc_vllm": float(batch.engine is not None),
         }
-        return sigmas, [s.boundaries for s in segs], tokens, metrics
-
-    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
-        sigmas, boundaries, tokens, metrics = self.sigmas(batch, policy)
-        advantages = token_advantages(
-            sigmas,
-            boundaries,
-            batch.groups,
-            batch.completion_mask,
-            self.credit,
-            batch.outcome_advantages,
-        )  # (B, T)
-        return MethodOutput(advantages, tokens, metrics)
+        return SegmentCredit(sigmas, [s.boundaries for s in segs], tokens, metrics)

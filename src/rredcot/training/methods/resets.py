@@ -51,7 +51,13 @@ from rredcot.credit.advantages import per_group_advantages
 from rredcot.scoring import response_entropies
 from rredcot.segmentation import SegmentationConfig, segment
 from rredcot.training.localization import UNPARSED_STEPS
-from rredcot.training.methods.base import Method, MethodOutput, RolloutBatch, _needs_scores
+from rredcot.training.methods.base import (
+    MethodOutput,
+    MethodSettings,
+    RolloutBatch,
+    TaskMethod,
+    needs_scores,
+)
 
 
 @dataclass(frozen=True)
@@ -269,7 +275,7 @@ class ResetChoice:
 
 
 @dataclass
-class ResetMethod(Method):
+class ResetMethod(TaskMethod):
     """RRPO/SRPO: Group 1 fresh chains, Group 2 suffixes after a reset of a failed parent."""
 
     metric_names: ClassVar[tuple[str, ...]] = (
@@ -282,12 +288,17 @@ class ResetMethod(Method):
         "credit/fresh_chains",
     )
 
-    task: Any
-    tokenizer: Any
-    eos_ids: Sequence[int]
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     resets: ResetConfig = field(default_factory=ResetConfig)
     _pending: tuple[int, dict[str, float]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_settings(
+        cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
+    ) -> ResetMethod:
+        return cls(
+            task, tokenizer, list(eos_ids), settings.segmentation, settings.resets or ResetConfig()
+        )
 
     @abstractmethod
     def reset_steps(self, ctx: RolloutContext, parents: list[Parent]) -> list[ResetChoice]:
@@ -331,7 +342,7 @@ class ResetMethod(Method):
         response = self.response_of(chain.completion_ids)
         texts = [self.tokenizer.decode([t], skip_special_tokens=False) for t in response]
         h = lp = None
-        if _needs_scores(self.segmentation):
+        if needs_scores(self.segmentation):
             lp_t, h_t = response_entropies(policy, x, response)  # (T,) each
             h, lp = h_t.double().cpu().numpy(), lp_t.double().cpu().numpy()
         b = [int(v) for v in segment(texts, h, lp, self.segmentation)]
@@ -395,7 +406,7 @@ class ResetMethod(Method):
             ]
         finally:
             policy.train(was_training)
-        if _needs_scores(self.segmentation):
+        if needs_scores(self.segmentation):
             cost += sum(len(q.prompt_ids) + len(q.response_ids) for q in parents)
         choices = self.reset_steps(ctx, parents) if parents else []
         if len(choices) != len(parents):

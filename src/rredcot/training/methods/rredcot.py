@@ -20,18 +20,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from rredcot.credit.advantages import CreditConfig, token_advantages
-from rredcot.credit.redistribution import raw_credit
+from rredcot.credit.advantages import CreditConfig
+from rredcot.credit.redistribution import terminal_credit
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.references import reference_reasoning
 from rredcot.scoring.packed import encode_traces, encoding_from_generation
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
-    Method,
-    MethodOutput,
+    MethodSettings,
     RolloutBatch,
-    _needs_scores,
+    SegmentCredit,
+    SegmentCreditMethod,
     mean_segments,
+    needs_scores,
     segment_completions,
     strip_eos,
 )
@@ -57,7 +58,7 @@ def reference_path(task: Any, row: Mapping[str, Any]) -> ReferencePath:
 
 
 @dataclass
-class RREDCoTMethod(Method):
+class RREDCoTMethod(SegmentCreditMethod):
     """RREDCoT credit σ_{i,k} for every completion, turned into token advantages (§4)."""
 
     name: ClassVar[str] = "rredcot"
@@ -70,9 +71,6 @@ class RREDCoTMethod(Method):
         "credit/generation_reused",
     )
 
-    task: Any
-    tokenizer: Any
-    eos_ids: Sequence[int]
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     estimator: RREDCoTConfig = field(default_factory=RREDCoTConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)
@@ -92,9 +90,21 @@ class RREDCoTMethod(Method):
             self._references[key] = reference_path(self.task, row)
         return self._references[key]
 
-    def sigmas(
-        self, batch: RolloutBatch, policy: torch.nn.Module
-    ) -> tuple[list[torch.Tensor], list[list[int]], int, dict[str, float]]:
+    @classmethod
+    def from_settings(
+        cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
+    ) -> RREDCoTMethod:
+        return cls(
+            task,
+            tokenizer,
+            list(eos_ids),
+            settings.segmentation,
+            settings.rredcot,
+            settings.credit,
+            reference=settings.reference,
+        )
+
+    def segment_credit(self, batch: RolloutBatch, policy: torch.nn.Module) -> SegmentCredit:
         """σ_i (K_i,) and boundaries of every row, forward tokens spent, and metrics.
 
         One encoding serves both the segmentation (entropies) and the scorer (KV cache): the one
@@ -120,7 +130,7 @@ class RREDCoTMethod(Method):
                 [r for _, r in distinct],
                 max_tokens_per_pass=self.estimator.max_tokens_per_pass,
             )
-        scores = encoded.token_scores(policy) if _needs_scores(self.segmentation) else None
+        scores = encoded.token_scores(policy) if needs_scores(self.segmentation) else None
         segs, _ = segment_completions(
             policy,
             self.tokenizer,
@@ -163,8 +173,8 @@ class RREDCoTMethod(Method):
         sigmas = []
         for s, r, u in zip(segs, rewards, which, strict=True):
             phi = results[u].phi
-            if len(traces[u].boundaries) < len(s.boundaries):
-                sigmas.append(torch.cat([raw_credit(phi), (r - phi[-1]).reshape(1)]))  # (K,)
+            if len(traces[u].boundaries) < len(s.boundaries):  # s_K not scored: V_K := R
+                sigmas.append(terminal_credit(torch.cat([phi, phi.new_zeros(1)]), r))  # (K,)
             else:
                 sigmas.append(results[u].sigma)
         metrics = {
@@ -175,16 +185,4 @@ class RREDCoTMethod(Method):
             "credit/generation_reused": float(reused),
         }
         tokens = encoded.forward_tokens + sum(res.forward_tokens for res in results)
-        return sigmas, [s.boundaries for s in segs], tokens, metrics
-
-    def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
-        sigmas, boundaries, tokens, metrics = self.sigmas(batch, policy)
-        advantages = token_advantages(
-            sigmas,
-            boundaries,
-            batch.groups,
-            batch.completion_mask,
-            self.credit,
-            batch.outcome_advantages,
-        )  # (B, T)
-        return MethodOutput(advantages, tokens, metrics)
+        return SegmentCredit(sigmas, [s.boundaries for s in segs], tokens, metrics)

@@ -1,0 +1,86 @@
+"""The positive control: credit from the world's step checker (`rredcot.credit.oracle`).
+
+Analysis only (like RREDCoT's own-path reference): it reads each problem's answer key (the
+synthetic world's `program`), which no real dataset has. Every response is cut at every line
+(a segment per line, whatever `segmentation` says: the checker's unit), each state gets the
+checker's value V(s_k) = 1[no wrong line written] · p̂^(lines left), V(s_K) = R, and
+σ_k = V(s_k) − V(s_{k−1}) becomes token advantages the one way every credit method's does
+(`SegmentCreditMethod`, the `credit` block). Nothing is generated or scored: no forward tokens.
+If a credit that knows which step failed does not beat GRPO at equal steps, no estimate of it
+can, and the testbed cannot tell credit methods apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rredcot.credit.advantages import CreditConfig
+from rredcot.credit.mc import token_to_char_boundaries
+from rredcot.credit.oracle import checker_values, line_accuracy, lines_written
+from rredcot.credit.redistribution import terminal_credit
+from rredcot.data.synthetic import check_response
+from rredcot.segmentation import SegmentationConfig
+from rredcot.training.methods.base import (
+    MethodSettings,
+    RolloutBatch,
+    SegmentCredit,
+    SegmentCreditMethod,
+    mean_segments,
+    segment_completions,
+)
+
+LINES = SegmentationConfig(strategy="keyword", num_segments=None, keywords=("\n",))
+"""One segment per line: a boundary before every newline."""
+
+
+@dataclass
+class OracleStepMethod(SegmentCreditMethod):
+    """Checker values per line → σ_k → token advantages (METHOD.md §4, positive control)."""
+
+    name: ClassVar[str] = "oracle_step"
+    metric_names: ClassVar[tuple[str, ...]] = (
+        "credit/num_segments",
+        "credit/oracle_line_accuracy",
+        "credit/oracle_error_share",
+    )
+
+    credit: CreditConfig = field(default_factory=CreditConfig)
+
+    @classmethod
+    def from_settings(
+        cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
+    ) -> OracleStepMethod:
+        return cls(task, tokenizer, list(eos_ids), settings.credit)
+
+    def segment_credit(self, batch: RolloutBatch, policy: torch.nn.Module) -> SegmentCredit:
+        segs, _ = segment_completions(policy, self.tokenizer, batch, LINES, self.eos_ids)
+        texts, checks = [], []
+        for s, row in zip(segs, batch.rows, strict=True):
+            if "program" not in row:
+                raise ValueError(
+                    f"row {row.get('problem_id')!r}: oracle_step needs the synthetic world's "
+                    "`program` (its step checker)"
+                )
+            text = self.tokenizer.decode(s.response_ids, skip_special_tokens=True)
+            texts.append(text)
+            checks.append(check_response(row["program"], text))
+        checked = [c.n_steps + 1 for c in checks]  # the steps and the answer line
+        p = line_accuracy([c.first_error for c in checks], checked)
+        sigmas = []
+        for s, text, check, m, r in zip(
+            segs, texts, checks, checked, batch.rewards.tolist(), strict=True
+        ):
+            offsets = token_to_char_boundaries(self.tokenizer, s.response_ids, s.boundaries, text)
+            values = checker_values(lines_written(text, offsets), check.first_error, m, p)
+            sigmas.append(terminal_credit(values, float(r)))  # V(s_K) := R; (K,)
+        metrics = {
+            "credit/num_segments": mean_segments(segs),
+            "credit/oracle_line_accuracy": p,
+            "credit/oracle_error_share": float(np.mean([not c.correct for c in checks])),
+        }
+        return SegmentCredit(sigmas, [s.boundaries for s in segs], 0, metrics)

@@ -238,3 +238,26 @@ def test_curve_settings_take_the_splits_evaluation_protocol() -> None:
     assert (curve.temperature, curve.top_p, curve.samples_per_problem) == (1.0, 1.0, 4)
     assert (curve.every, curve.seed, curve.max_new_tokens) == (15, 3, 128)
     assert CurveSettings.from_evaluation(evaluation, "other", 5, 0).temperature == 0.6
+
+
+def test_the_primary_endpoint_is_the_area_against_grpo_with_its_mde() -> None:
+    grpo = [run("grpo", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2, 3)]
+    mc = [run("mc", 1, [1, 1, 1, 1], [1, 1, 1, 1]), run("mc", 2, [1, 0, 1, 1], [1, 1, 1, 1])]
+    mc.append(run("mc", 3, [0, 0, 1, 0], [1, 0, 1, 0]))
+    table = method_comparison([*grpo, *mc], BASE, n_resamples=50)
+    primary = table.filter(pl.col("endpoint") == "primary")
+    assert primary.select("method", "against", "measure", "seed").rows() == [
+        ("mc", "grpo", "auc", "all")
+    ]
+    row = primary.row(0, named=True)
+    # per-seed AUC differences (trapezoid over steps 0, 2, 4; / 4 steps), SD over the 3 seeds
+    base, g_mid, g_fin = (0, 0, 1, 0), (0, 0, 1, 0), (1, 0, 1, 0)
+    auc = lambda mid, fin: np.mean(  # noqa: E731
+        [np.trapezoid([b, m, f], [0, 2, 4]) / 4 for b, m, f in zip(base, mid, fin, strict=True)]
+    )
+    d = [
+        auc(m, f) - auc(g_mid, g_fin)
+        for m, f in (((1, 1, 1, 1), (1, 1, 1, 1)), ((1, 0, 1, 1), (1, 1, 1, 1)), (g_mid, g_fin))
+    ]
+    assert row["seed_sd"] == pytest.approx(np.std(d, ddof=1))
+    assert row["mde80"] == pytest.approx((4.303 + 1.061) * np.std(d, ddof=1) / np.sqrt(3))

@@ -136,8 +136,13 @@ def paired_comparison(
 ) -> dict[str, float | int | str]:
     """The statistics of one paired comparison row, A − B on a (seeds, problems) grid: mean
     difference, bootstrap CI and verdict, the t interval over seeds and its verdict, the more
-    conservative of the two, and the grid's size. One definition for every comparison table."""
+    conservative of the two, the grid's size, and the power: the SD over seeds of the per-seed
+    mean difference and the minimum detectable effect at 80% power (`power`). One definition
+    for every comparison table."""
+    from rredcot.evaluation.power import mde_from_sd, seed_sd  # power reads this module's t
+
     diff = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
+    sd = seed_sd(a, b)
     t_low, t_high = seed_t_interval(a, b)
     t_verdict = interval_verdict(t_low, t_high)
     return {
@@ -151,4 +156,6 @@ def paired_comparison(
         "verdict": conservative_verdict(diff.verdict, t_verdict),
         "seeds": diff.n_seeds,
         "problems": diff.n_problems,
+        "seed_sd": sd,
+        "mde80": mde_from_sd(sd, diff.n_seeds),
     }

@@ -230,8 +230,11 @@ def method_comparison(
     (and `auc`) at the method's last step when both runs are as long (`_equal_steps` when not:
     at the method's last step, which the reference also evaluated); `final_equal_seconds` and
     `final_equal_tokens` at equal cumulative compute (`equal_compute_steps`). Every row names
-    both runs' steps and their cumulative seconds and forward tokens there (means over seeds).
-    Each method is paired with `reference` on the method's own seeds, each against the
+    both runs' steps and their cumulative seconds and forward tokens there (means over seeds),
+    the comparison's minimum detectable effect at 80% power (`mde80`, from its seed SD) and
+    its `endpoint`: `primary` for the pre-registered one, the area under the held-out curve
+    against `reference` over all seeds (far less noisy between seeds than the final score),
+    `secondary` for every other row. Each method is paired with `reference` on the method's own seeds, each against the
     reference's run of the same seed; the reference may have more seeds (e.g. five for the main
     claim, three for the rest), never fewer.
     """
@@ -292,6 +295,7 @@ def method_comparison(
                 "method": method,
                 "against": against,
                 "measure": measure,
+                "endpoint": "primary" if (measure, against) == ("auc", reference) else "secondary",
                 "seed": "all",
                 "method_score": float(a.mean()),
                 "against_score": float(b.mean()),

@@ -44,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from rredcot.data.misconceptions import Misconception
 from rredcot.data.schema import COLUMNS
 
 SOURCE = "synthetic"
@@ -517,7 +518,11 @@ def draw_program(
 
 
 def slipped_solution(
-    program: Program, rng: random.Random, slip_rate: float, path: SolutionPath | None = None
+    program: Program,
+    rng: random.Random,
+    slip_rate: float,
+    path: SolutionPath | None = None,
+    misconception: Misconception | None = None,
 ) -> str:
     """A demonstration of `program` in which each step's result is wrong with prob. slip_rate.
 
@@ -525,8 +530,11 @@ def slipped_solution(
     `rng`) when the problem text does not fix the order (`program.listing` set: a tree world),
     else on the order of the steps. A slipped result is drawn uniformly from the other
     modulus − 1 residues; later lines substitute the values as written, so the error propagates
-    to the answer line, which states the last written value. With slip_rate 0 this is
-    `program.path_text(path)`.
+    to the answer line, which states the last written value. A `misconception` writes its rule's
+    wrong value with probability `misconception.rate` on each step where the rule applies
+    (to the operands as written), in place of a slip there (`rredcot.data.misconceptions`).
+    With slip_rate 0 and no misconception this is `program.path_text(path)`, and a rate of 0
+    draws nothing from `rng` (the demonstrations of a config without one are unchanged).
     """
     if not 0 <= slip_rate < 1:
         raise ValueError(f"slip_rate must be in [0, 1), got {slip_rate!r}")
@@ -542,7 +550,12 @@ def slipped_solution(
         left, right = (s.right, s.left) if name in path.commuted else (s.left, s.right)
         x, y = written[left], written[right]
         value = apply_op(s.op, x, y, m)
-        if slip_rate and rng.random() < slip_rate:
+        wrong = None
+        if misconception is not None and misconception.rate:
+            wrong = misconception.value(s.op, x, y, m)
+        if wrong is not None:
+            value = wrong if rng.random() < misconception.rate else value
+        elif slip_rate and rng.random() < slip_rate:
             value = (value + 1 + rng.randrange(m - 1)) % m
         written[name] = value
         lines.append(f"{name}={left}{s.op}{right}={x}{s.op}{y}={value}")

@@ -22,6 +22,7 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
+from rredcot.data.misconceptions import Misconception
 from rredcot.data.synthetic import Program, choice_points, slipped_solution
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.tasks.base import Task
@@ -84,10 +85,12 @@ def demonstrations(
     tokenizer: PreTrainedTokenizerBase,
     slip_rate: float = 0.0,
     seed: int = 0,
+    misconception: Misconception | None = None,
 ) -> list[dict[str, Any]]:
-    """(prompt, completion) pairs of world rows; each completion step slips with `slip_rate`.
+    """(prompt, completion) pairs of world rows; each completion step slips with `slip_rate`,
+    and steps where the `misconception` applies are written its way with its rate.
 
-    With slip_rate 0 in a chain world the completion is the row's reference solution;
+    Without either, in a chain world the completion is the row's reference solution;
     otherwise `slipped_solution` redraws it from the row's program (seeded, one stream for all
     rows), in a tree world on a uniformly drawn solution path, so that every valid path is in
     the demonstrations. A clean tree-world example also carries `alternatives`
@@ -95,17 +98,18 @@ def demonstrations(
     needs to call a greedy output right on any path.
     """
     rng = random.Random(seed)
+    errors = bool(slip_rate) or (misconception is not None and misconception.rate > 0)
     out: list[dict[str, Any]] = []
     for row in rows.iter_rows(named=True):
         program = Program.from_json(row["program"])
         example: dict[str, Any] = {"prompt": task.build_prompt(row["problem"], tokenizer)}
         if program.listing is not None:
             path = program.random_path(rng)
-            example["completion"] = slipped_solution(program, rng, slip_rate, path)
-            if not slip_rate:
+            example["completion"] = slipped_solution(program, rng, slip_rate, path, misconception)
+            if not errors:
                 example["alternatives"] = choice_points(program, path)
-        elif slip_rate:
-            example["completion"] = slipped_solution(program, rng, slip_rate)
+        elif errors:
+            example["completion"] = slipped_solution(program, rng, slip_rate, None, misconception)
         else:
             example["completion"] = task.reference_completion(row)
         out.append(example)

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rredcot.data.misconceptions import Misconception
+
 LR_SCHEDULERS: tuple[str, ...] = (
     "linear",
     "cosine",
@@ -85,12 +87,27 @@ class SFTSettings:
             )
 
 
-def sft_block(sft: Mapping[str, Any], seed: int, train_rows: int) -> tuple[SFTSettings, float, int]:
-    """(settings, slip_rate, heldout_problems) of the `sft` config block for a train split of
-    `train_rows` problems; raises ValueError naming the key. The step and the config check at
-    load time both call it, so SFT never learns of a bad value first."""
+@dataclass(frozen=True)
+class DemonstrationErrors:
+    """What the `sft` block says about the demonstrations' errors: random slips per step, and a
+    systematic misconception (None: none)."""
+
+    slip_rate: float = 0.0
+    misconception: Misconception | None = None
+
+
+def sft_block(
+    sft: Mapping[str, Any], seed: int, train_rows: int
+) -> tuple[SFTSettings, DemonstrationErrors, int]:
+    """(settings, the demonstrations' errors, heldout_problems) of the `sft` config block for a
+    train split of `train_rows` problems; raises ValueError naming the key. The step and the
+    config check at load time both call it, so SFT never learns of a bad value first."""
     values = dict(sft)
     slip_rate = values.pop("slip_rate", 0.0)
+    block = values.pop("misconception", None)
+    if block is not None and not isinstance(block, Mapping):
+        raise ValueError(f"sft.misconception: expected a mapping or null, got {block!r}")
+    misconception = None if block is None else Misconception(**block)
     heldout = values.pop("heldout_problems", 0)
     settings = SFTSettings(seed=seed, **values)
     if heldout >= train_rows:
@@ -100,4 +117,4 @@ def sft_block(sft: Mapping[str, Any], seed: int, train_rows: int) -> tuple[SFTSe
         )
     if settings.anneal_steps is not None and not heldout:
         raise ValueError("sft.anneal_steps: needs held-out problems (sft.heldout_problems > 0)")
-    return settings, slip_rate, heldout
+    return settings, DemonstrationErrors(slip_rate, misconception), heldout

@@ -234,9 +234,9 @@ def method_comparison(
     the comparison's minimum detectable effect at 80% power (`mde80`, from its seed SD) and
     its `endpoint`: `primary` for the pre-registered one, the area under the held-out curve
     against `reference` over all seeds (far less noisy between seeds than the final score),
-    `secondary` for every other row. Each method is paired with `reference` on the method's own seeds, each against the
-    reference's run of the same seed; the reference may have more seeds (e.g. five for the main
-    claim, three for the rest), never fewer.
+    `secondary` for every other row. Each method is paired with `reference` on the method's
+    own seeds, each against the reference's run of the same seed; the reference may have more
+    seeds (e.g. five for the main claim, three for the rest), never fewer.
     """
     points = pl.concat([run_points(r, base) for r in runs], how="vertical_relaxed")
     compute = pl.concat(

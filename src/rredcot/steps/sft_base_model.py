@@ -30,20 +30,24 @@ def main() -> None:
     model = build_tiny_model(arch, tokenizer, seed=seed)
     log.info("tiny Qwen3: %d parameters", count_parameters(model))
     train = read_parquet(args.train)
-    settings, slip_rate, n_heldout = sft_block(sft, seed, train.height)
+    settings, errors, n_heldout = sft_block(sft, seed, train.height)
     fit_rows, heldout_rows = train.head(train.height - n_heldout), train.tail(n_heldout)
-    examples = demonstrations(fit_rows, task, tokenizer, slip_rate, seed)
+    examples = demonstrations(
+        fit_rows, task, tokenizer, errors.slip_rate, seed, errors.misconception
+    )
     heldout = demonstrations(heldout_rows, task, tokenizer, 0.0, seed) if n_heldout else []
-    # a slip, not another valid path (the checker accepts every path)
+    # a slip or a misconception, not another valid path (the checker accepts every path)
     slipped = sum(
         not check_response(row["program"], ex["completion"]).correct
         for ex, row in zip(examples, fit_rows.iter_rows(named=True), strict=True)
     )
     log.info(
-        "SFT on %d demonstrations (%d with a slip, slip_rate %.3f per step); %d held out",
+        "SFT on %d demonstrations (%d with an error: slip_rate %.3f per step, misconception "
+        "%s); %d held out",
         len(examples),
         slipped,
-        slip_rate,
+        errors.slip_rate,
+        errors.misconception,
         len(heldout),
     )
     metrics = run_sft(model, tokenizer, examples, settings, args.out, heldout=heldout)

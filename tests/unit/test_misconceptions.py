@@ -1,0 +1,84 @@
+"""Systematic errors in the demonstrations (rredcot.data.misconceptions)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from rredcot.data.misconceptions import Misconception, misconceived_value
+from rredcot.data.synthetic import (
+    Program,
+    Step,
+    WorldConfig,
+    apply_op,
+    check_response,
+    draw_program,
+    slipped_solution,
+)
+from rredcot.models.sft_settings import sft_block
+
+# a=2, b=7, c=3: d = a − b = 2 − 7 (a borrow: bug 5 = right 5, the rule does not apply),
+# e = c − a = 3 − 2 (no borrow), f = a − c = 2 − 3 (a borrow: right 9, bug 1)
+PROGRAM = Program(
+    10,
+    (("a", 2), ("b", 7), ("c", 3)),
+    (Step("d", "a", "-", "b"), Step("e", "c", "-", "a"), Step("f", "a", "-", "c")),
+)
+
+
+def test_the_rule_applies_only_where_it_changes_a_borrow():
+    assert misconceived_value("smaller_from_larger", "-", 2, 3, 10) == 1  # right: 9
+    assert misconceived_value("smaller_from_larger", "-", 2, 7, 10) is None  # 5 either way
+    assert misconceived_value("smaller_from_larger", "-", 3, 2, 10) is None  # no borrow
+    assert misconceived_value("smaller_from_larger", "+", 2, 3, 10) is None
+    with pytest.raises(ValueError, match="rule"):
+        misconceived_value("carry", "-", 2, 3, 10)
+
+
+def test_a_certain_misconception_writes_the_bug_and_the_checker_finds_it():
+    text = slipped_solution(PROGRAM, random.Random(0), 0.0, None, Misconception(rate=1.0))
+    assert text == "d=a-b=2-7=5\ne=c-a=3-2=1\nf=a-c=2-3=1\nAnswer: 1."
+    check = check_response(PROGRAM, text)
+    assert (check.first_error, check.error_kind, check.answer_correct) == (3, "wrong_value", False)
+
+
+def test_rate_zero_draws_nothing_so_demonstrations_are_unchanged():
+    for misconception in (None, Misconception(rate=0.0)):
+        rng, again = random.Random(3), random.Random(3)
+        slips = [slipped_solution(PROGRAM, rng, 0.3, None, misconception) for _ in range(50)]
+        assert slips == [slipped_solution(PROGRAM, again, 0.3) for _ in range(50)]
+
+
+def test_the_generator_yields_the_stated_share_of_systematic_errors():
+    """Over many demonstrations, the steps where the rule applies are written its way at the
+    stated rate (within 4 standard errors), the others never: every such error is systematic."""
+    rate, world = 0.7, WorldConfig(ops=("-",))
+    draw, rng = random.Random(1), random.Random(2)
+    applies = bugs = other_errors = 0
+    for _ in range(2000):
+        prog = draw_program(draw, 3, world)
+        text = slipped_solution(prog, rng, 0.0, None, Misconception(rate=rate))
+        written = dict(prog.given)
+        for line, step in zip(text.split("\n"), prog.steps, strict=False):
+            name, x, y, value = re.fullmatch(r"(\w)=\w-\w=(\d)-(\d)=(\d)", line).groups()
+            x, y, value = int(x), int(y), int(value)
+            assert (x, y) == (written[step.left], written[step.right])
+            wrong = misconceived_value("smaller_from_larger", "-", x, y, 10)
+            if wrong is not None:
+                applies += 1
+                bugs += value == wrong
+            other_errors += wrong is None and value != apply_op("-", x, y, 10)
+            written[name] = value
+    share, se = bugs / applies, (rate * (1 - rate) / applies) ** 0.5
+    assert applies > 1000 and abs(share - rate) < 4 * se
+    assert other_errors == 0
+
+
+def test_the_sft_block_reads_the_misconception():
+    _, errors, _ = sft_block({"slip_rate": 0.1, "misconception": {"rate": 0.8}}, 0, 10)
+    assert errors.slip_rate == 0.1 and errors.misconception == Misconception(rate=0.8)
+    assert sft_block({}, 0, 10)[1].misconception is None
+    with pytest.raises(ValueError, match=r"sft\.misconception\.rate"):
+        sft_block({"misconception": {"rate": 1.5}}, 0, 10)

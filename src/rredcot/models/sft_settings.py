@@ -24,9 +24,9 @@ LR_SCHEDULERS: tuple[str, ...] = (
 class SFTSettings:
     """Hyperparameters of the SFT warm-up (config key `sft`)."""
 
-    max_steps: int = 600
+    max_steps: int = 1000
     """Optimizer steps; the run's length (examples seen = max_steps * batch_size)."""
-    batch_size: int = 32
+    batch_size: int = 64
     """Examples per optimizer step (no gradient accumulation: the tiny model fits any batch)."""
     learning_rate: float = 3e-3
     """Peak AdamW learning rate; tiny models trained from scratch take large rates."""
@@ -34,11 +34,11 @@ class SFTSettings:
     """Fraction of max_steps with linear warm-up from 0 to learning_rate, in [0, 1)."""
     lr_scheduler: str = "cosine"
     """Schedule after warm-up; one of `LR_SCHEDULERS` (transformers' scheduler names)."""
-    weight_decay: float = 0.01
+    weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip; 0 disables clipping."""
-    max_length: int = 512
+    max_length: int = 256
     """Longest prompt + completion + EOS in tokens; a longer example is an error, not cut."""
     seed: int = 0
     """Seed of data order and dropout (the initial weights are seeded by build_tiny_model)."""

@@ -250,7 +250,8 @@ class TrainingSettings:
         _finite("vllm_gpu_memory_utilization", self.vllm_gpu_memory_utilization, 1e-6, 1.0)
         _finite("temperature", self.temperature, 1e-6)
         _finite("top_p", self.top_p, 1e-6, 1.0)
-        _finite("learning_rate", self.learning_rate, 0.0)
+        if _finite("learning_rate", self.learning_rate, 0.0) == 0:
+            raise ValueError("training.learning_rate: expected a number > 0, got 0")
         _finite("warmup_ratio", self.warmup_ratio, 0.0, 0.999)
         for name in ("weight_decay", "max_grad_norm", "kl_beta", "epsilon"):
             _finite(name, getattr(self, name), 0.0)

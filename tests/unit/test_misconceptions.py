@@ -82,3 +82,18 @@ def test_the_sft_block_reads_the_misconception():
     assert sft_block({}, 0, 10)[1].misconception is None
     with pytest.raises(ValueError, match=r"sft\.misconception\.rate"):
         sft_block({"misconception": {"rate": 1.5}}, 0, 10)
+
+
+def test_the_first_error_is_told_systematic_or_other():
+    from rredcot.data.error_kinds import first_error_kind
+
+    rule = Misconception()
+    right = PROGRAM.solution_text()
+    assert first_error_kind(PROGRAM, right, rule) == "correct"
+    bug = "d=a-b=2-7=5\ne=c-a=3-2=1\nf=a-c=2-3=1\nAnswer: 1."
+    assert first_error_kind(PROGRAM.to_json(), bug, rule) == "systematic"
+    slip = "d=a-b=2-7=5\ne=c-a=3-2=4\nf=a-c=2-4=8\nAnswer: 8."  # e is no borrow: a slip
+    assert first_error_kind(PROGRAM, slip, rule) == "other"
+    other_value = "d=a-b=2-7=5\ne=c-a=3-2=1\nf=a-c=2-3=7\nAnswer: 7."  # a borrow, not the bug
+    assert first_error_kind(PROGRAM, other_value, rule) == "other"
+    assert first_error_kind(PROGRAM, "d=a-b=2-7=5\n", rule) == "other"  # missing lines

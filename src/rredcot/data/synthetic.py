@@ -686,7 +686,7 @@ def step_forms(text: str) -> list[tuple[str, str, str, str]]:
     ignored: a line's form is its place on a path, right or wrong)."""
     out = []
     for line in text.split("\n"):
-        g = _STEP.fullmatch(line.rstrip(_TRAILING))
+        g = STEP_LINE.fullmatch(line.rstrip(LINE_TRAILING))
         if g is not None:
             out.append(g.group(1, 2, 3, 4))
     return out
@@ -779,8 +779,8 @@ def make_world(
 
 # The per-step checker (used by grading and by the error localization study).
 
-_STEP = re.compile(r"([a-z])=([a-z])([-+*])([a-z])=(\d+)([-+*])(\d+)=(\d+)")
-_TRAILING = " \t\r"  # the only characters ignored at the end of a line
+STEP_LINE = re.compile(r"([a-z])=([a-z])([-+*])([a-z])=(\d+)([-+*])(\d+)=(\d+)")
+LINE_TRAILING = " \t\r"  # the only characters ignored at the end of a line
 
 
 def _answer_value(line: str) -> str | None:
@@ -791,7 +791,7 @@ def _answer_value(line: str) -> str | None:
     """
     if not line.startswith(ANSWER_PREFIX):
         return None
-    value = line[len(ANSWER_PREFIX) :].rstrip(_TRAILING).removesuffix(ANSWER_CLOSE).strip()
+    value = line[len(ANSWER_PREFIX) :].rstrip(LINE_TRAILING).removesuffix(ANSWER_CLOSE).strip()
     return value or None
 
 
@@ -846,7 +846,7 @@ def _step_verdict(
     is its definition (or R op L for a commutative op), L and R are known, x and y are their
     values and z is the step's value.
     """
-    g = _STEP.fullmatch(got)
+    g = STEP_LINE.fullmatch(got)
     if g is None:
         return None, "malformed"
     name, left, op, right = g.group(1, 2, 3, 4)
@@ -899,7 +899,7 @@ def check_response(program: str | Mapping[str, Any] | Program, response: str) ->
         if missing(i):
             return error(i + 1, "missing", end)
         start, stop, line = lines[i]
-        name, kind = _step_verdict(line.rstrip(_TRAILING), prog, known, values)
+        name, kind = _step_verdict(line.rstrip(LINE_TRAILING), prog, known, values)
         if kind is not None:
             return error(i + 1, kind, (start, stop))
         known[name] = values[name]

@@ -112,3 +112,31 @@ def test_mean_std_over_seeds() -> None:
     assert mean == 0.4 and math.isnan(std)
     with pytest.raises(ValueError, match="non-empty"):
         mean_std_over_seeds([])
+
+
+def test_a_methods_ci_does_not_depend_on_the_row_order() -> None:
+    """The same grades in another order give the same table row (the bootstrap indexes the
+    per-problem array, so it must come in one order: problem ids sorted)."""
+    import polars as pl
+
+    from rredcot.evaluation.tables import method_row
+
+    rng = np.random.default_rng(3)
+    grades = pl.DataFrame(
+        {
+            "problem_id": [f"p{i:02d}" for i in range(40) for _ in range(2)],
+            "sample_index": [j for _ in range(40) for j in range(2)],
+            "reward": rng.integers(0, 2, 80).astype(float),
+            "method": ["grpo"] * 80,
+            "seed": [0] * 80,
+            "num_tokens": [10] * 80,
+            "finish_reason": ["stop"] * 80,
+            "status": ["ok"] * 80,
+        }
+    )
+    want = method_row(grades, n_resamples=300, seed=0)
+    for order in range(3):
+        shuffled = grades.sample(fraction=1.0, shuffle=True, seed=order)
+        got = method_row(shuffled, n_resamples=300, seed=0)
+        assert (got["ci95_low"], got["ci95_high"]) == (want["ci95_low"], want["ci95_high"])
+        assert got["pass_at_1"] == want["pass_at_1"]

@@ -43,7 +43,11 @@ def method_row(grades: pl.DataFrame, n_resamples: int, seed: int) -> dict[str, A
         per_problem = pass_at_1(grades.filter(pl.col("seed") == s))
         per_seed.append(float(per_problem["pass_at_1"].mean()))
     mean, std = mean_std_over_seeds(np.asarray(per_seed))
-    pooled = grades.group_by("problem_id").agg(pl.col("reward").mean().alias("p"))
+    # sorted: polars' group_by returns groups in any order, and the bootstrap's resamples
+    # index the array, so an unsorted one gave another CI on every run of the same grades
+    pooled = (
+        grades.group_by("problem_id").agg(pl.col("reward").mean().alias("p")).sort("problem_id")
+    )
     lo, hi = bootstrap_ci(pooled["p"].to_numpy(), n_resamples=n_resamples, seed=seed)
     k = grades.group_by("problem_id", "seed").len()["len"]
     return {

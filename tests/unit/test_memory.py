@@ -1,0 +1,236 @@
+"""Memory bounds (issue #29): credit in chunks under a slot budget, logits chunked over positions.
+
+Every bounded path is checked against the unbounded one it replaces (same numbers), and the
+bound against what was actually resident (the slots of each encoding that ran).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_methods import make_batch  # the hand-made TRL batch of the method tests
+from test_rredcot_estimator import ARCH  # 2 layers, GQA, scores that depend on context
+
+import rredcot.scoring.chunks as chunks_module
+from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.models.tiny import build_tiny_model
+from rredcot.scoring.chunks import (
+    ChunkedEncoding,
+    encode_within_budget,
+    plan_resident_chunks,
+    resident_slots,
+)
+from rredcot.scoring.packed import EncodedTraces, encode_traces
+from rredcot.segmentation import SegmentationConfig, keyword_boundaries
+from rredcot.tasks import get_task
+from rredcot.training.methods import build_method
+
+ROWS = [
+    {"problem": "a=3, b=8, c=2. d=a+b. e=d*a. f=e-c. Find f.", "answer": "1"},
+    {"problem": "a=1, b=2, c=4. d=c-a. e=d+b. Find e.", "answer": "5"},
+]
+ROWS[0]["solution"] = "d=a+b=3+8=1\ne=d*a=1*3=3\nf=e-c=3-2=1\nAnswer: 1."
+ROWS[1]["solution"] = "d=c-a=4-1=3\ne=d+b=3+2=5\nAnswer: 5."
+RESPONSES = [  # (problem, response, reward): lengths differ, so chunks pad differently
+    (0, "d=a+b=3+8=1\ne=d*a=1*3=3\nf=e-c=3-2=1\nAnswer: 1.", 1.0),
+    (0, "d=a+b=3+8=1\ne=d*a=1*3=4\nf=e-c=4-2=2\nAnswer: 2.", 0.0),
+    (0, "d=a+b=3+8=2\ne=d*a=2*3=6\nAnswer: 6.", 0.0),
+    (1, "d=c-a=4-1=3\ne=d+b=3+2=5\nAnswer: 5.", 1.0),
+    (1, "d=c-a=4-1=3\nAnswer: 3.", 0.0),
+]
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    m = build_tiny_model(ARCH, tokenizer, seed=0).to(torch.float64)
+    m.set_attn_implementation("sdpa")
+    yield m.eval()
+    torch.set_num_threads(threads)
+
+
+def _traces(tokenizer) -> list[Trace]:
+    task = get_task("synthetic")
+    out = []
+    for problem, text, reward in RESPONSES:
+        row = ROWS[problem]
+        prompt = tokenizer(task.build_prompt(row["problem"]))["input_ids"]
+        response = tokenizer(text)["input_ids"]
+        bounds = keyword_boundaries([tokenizer.decode([t]) for t in response])
+        out.append(Trace(prompt, response, bounds, ReferencePath.from_row(task, row), reward))
+    return out
+
+
+def _prompt_tokens(traces, chunk) -> int:
+    """Tokens of the distinct prompts of the traces in `chunk` (each encoded once there)."""
+    return sum(map(len, {tuple(traces[i].prompt_ids) for i in chunk}))
+
+
+@pytest.fixture()
+def encodings(monkeypatch):
+    """The (prompt lengths, response lengths) of every encoding the chunked path runs."""
+    seen: list[tuple[list[int], list[int]]] = []
+    real = chunks_module.encode_traces
+
+    def spy(model, prompts, responses, **kwargs):
+        seen.append(([len(p) for p in prompts], [len(r) for r in responses]))
+        return real(model, prompts, responses, **kwargs)
+
+    monkeypatch.setattr(chunks_module, "encode_traces", spy)
+    return seen
+
+
+# --------------------------------------------------------------------------- chunk plan
+
+
+def test_resident_slots_is_rows_times_the_padded_width():
+    assert resident_slots([4, 6], [10, 2]) == 2 * (6 + 10)
+    assert resident_slots([], []) == 0
+
+
+def test_chunk_plan_by_hand():
+    prompts, responses = [4, 4, 4, 4], [10, 2, 6, 8]
+    assert resident_slots(prompts, responses) == 56
+    # no budget, or everything fits: one chunk in the given order (the unchunked path)
+    assert plan_resident_chunks(prompts, responses, None) == [[0, 1, 2, 3]]
+    assert plan_resident_chunks(prompts, responses, 56) == [[0, 1, 2, 3]]
+    # budget 30, longest first (P + T: 14, 12, 10, 6): [0] 14 slots, [0, 3] 2·14 = 28,
+    # [0, 3, 2] 42 > 30 -> new chunk; [2] 10, [2, 1] 2·10 = 20
+    assert plan_resident_chunks(prompts, responses, 30) == [[0, 3], [2, 1]]
+    # a trace longer than the budget is a chunk of its own
+    assert plan_resident_chunks(prompts, responses, 5) == [[0], [3], [2], [1]]
+    assert plan_resident_chunks([], [], 5) == []
+    with pytest.raises(ValueError, match="max_resident_tokens"):
+        plan_resident_chunks(prompts, responses, 0)
+
+
+def test_config_takes_and_checks_the_budget():
+    assert RREDCoTConfig().max_resident_tokens is None
+    assert RREDCoTConfig.from_dict({"max_resident_tokens": 512}).max_resident_tokens == 512
+    for bad in (0, -3, 1.5, True):
+        with pytest.raises(ValueError, match="estimator.rredcot.max_resident_tokens"):
+            RREDCoTConfig(max_resident_tokens=bad)
+
+
+# --------------------------------------------------------------------------- bounded credit
+
+
+@pytest.mark.parametrize("prune_nats", [None, 30.0])
+def test_chunked_credit_equals_the_unchunked_credit(model, tokenizer, encodings, prune_nats):
+    task = get_task("synthetic")
+    traces = _traces(tokenizer)
+    p = [len(t.prompt_ids) for t in traces]
+    r = [len(t.response_ids) for t in traces]
+    budget = 2 * (max(p) + max(r))  # two of the longest traces at a time
+    assert resident_slots(p, r) > budget
+    config = RREDCoTConfig(prune_nats=prune_nats, max_resident_tokens=budget)
+    unchunked = rredcot_credit_batch(
+        model, tokenizer, task, traces, RREDCoTConfig(prune_nats=prune_nats)
+    )
+    assert len(encodings) == 1  # no budget: one encoding of all five traces
+    encodings.clear()
+    chunked = rredcot_credit_batch(model, tokenizer, task, traces, config)
+    assert len(encodings) == 3  # 5 traces, at most 2 a chunk
+    assert sum(len(e[0]) for e in encodings) == len(traces)
+    assert all(resident_slots(*e) <= budget for e in encodings)
+    for got, want in zip(chunked, unchunked, strict=True):
+        assert torch.equal(torch.isinf(got.suffix_logprobs), torch.isinf(want.suffix_logprobs))
+        for name in ("answer_logprob", "suffix_logprobs", "r_hat", "v_hat", "phi", "sigma"):
+            torch.testing.assert_close(getattr(got, name), getattr(want, name), atol=1e-12, rtol=0)
+    # the cost: the same continuations; a prompt is encoded once per chunk that holds it
+    extra = sum(_prompt_tokens(traces, chunk) for chunk in plan_resident_chunks(p, r, budget))
+    extra -= _prompt_tokens(traces, range(len(traces)))
+    assert extra > 0
+    assert (
+        sum(x.forward_tokens for x in chunked) == sum(x.forward_tokens for x in unchunked) + extra
+    )
+
+
+def test_chunked_encoding_reads_the_same_token_scores(model, tokenizer, encodings):
+    traces = _traces(tokenizer)
+    prompts = [list(t.prompt_ids) for t in traces]
+    responses = [list(t.response_ids) for t in traces]
+    whole = encode_within_budget(model, prompts, responses, max_resident_tokens=None)
+    assert isinstance(whole, EncodedTraces)
+    fits = resident_slots([len(x) for x in prompts], [len(x) for x in responses])
+    assert isinstance(
+        encode_within_budget(model, prompts, responses, max_resident_tokens=fits), EncodedTraces
+    )
+    encodings.clear()
+    chunked = encode_within_budget(model, prompts, responses, max_resident_tokens=fits // 3)
+    assert isinstance(chunked, ChunkedEncoding) and chunked.forward_tokens == 0
+    assert not encodings  # nothing is encoded before it is read
+    got, want = chunked.token_scores(model), whole.token_scores(model)
+    assert len(encodings) > 1 and all(resident_slots(*e) <= fits // 3 for e in encodings)
+    for (lp, h), (lp0, h0) in zip(got, want, strict=True):
+        torch.testing.assert_close(lp, lp0, atol=1e-12, rtol=0)
+        torch.testing.assert_close(h, h0, atol=1e-12, rtol=0)
+    # each response once, each prompt once per chunk that holds it
+    plan = plan_resident_chunks([len(x) for x in prompts], [len(x) for x in responses], fits // 3)
+    per_chunk = sum(_prompt_tokens(traces, chunk) for chunk in plan)
+    assert chunked.forward_tokens == sum(map(len, responses)) + per_chunk
+    assert chunked.token_scores(model) is got  # read once
+
+
+def test_credit_on_a_chunked_encoding_of_longer_responses(model, tokenizer):
+    """The method hands over a ChunkedEncoding of the full responses and scores traces cut at
+    b_{K−1}: the same credit as on a resident encoding of those responses."""
+    task = get_task("synthetic")
+    traces = _traces(tokenizer)
+    cut = [
+        Trace(
+            t.prompt_ids,
+            t.response_ids[: t.boundaries[-2]],
+            t.boundaries[:-1],
+            t.reference,
+            t.reward,
+        )
+        for t in traces
+    ]
+    prompts = [list(t.prompt_ids) for t in traces]
+    responses = [list(t.response_ids) for t in traces]
+    rows = list(range(len(traces)))
+    resident = encode_traces(model, prompts, responses)
+    budget = resident_slots([len(x) for x in prompts], [len(x) for x in responses]) // 2
+    config = RREDCoTConfig(max_resident_tokens=budget)
+    chunked = ChunkedEncoding(prompts, responses, max_resident_tokens=budget)
+    want = rredcot_credit_batch(
+        model, tokenizer, task, cut, config, encoded=resident, encoded_rows=rows
+    )
+    got = rredcot_credit_batch(
+        model, tokenizer, task, cut, config, encoded=chunked, encoded_rows=rows
+    )
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.phi, b.phi, atol=1e-12, rtol=0)
+    # the resident encoding was the caller's cost; the chunked one is encoded here and counted
+    encoded_here = sum(map(len, responses))
+    assert sum(a.forward_tokens for a in got) > sum(b.forward_tokens for b in want) + encoded_here
+
+
+def test_rredcot_method_under_a_budget_gives_the_same_sigmas(model, tokenizer, encodings):
+    """The training method passes `max_resident_tokens` through: its encoding for the
+    segmentation and its credit both run in chunks within the budget, with the same σ."""
+    batch = make_batch(tokenizer)  # test_methods' 4 rows of 2 problems
+    task, eos = get_task("synthetic"), [tokenizer.eos_token_id]
+    seg = SegmentationConfig(num_segments=3)  # hybrid: reads the encoding's entropies
+    free = build_method("rredcot", task, tokenizer, eos, segmentation=seg)
+    sigmas, bounds, tokens, _ = free.sigmas(batch, model)
+    assert len(encodings) == 1
+    encodings.clear()
+    widths = [len(batch.prompt(i)) + len(batch.completion(i)) for i in range(len(batch))]
+    budget = 2 * max(widths)
+    bounded = build_method(
+        "rredcot",
+        task,
+        tokenizer,
+        eos,
+        segmentation=seg,
+        rredcot=RREDCoTConfig(max_resident_tokens=budget),
+    )
+    got, got_bounds, got_tokens, _ = bounded.sigmas(batch, model)
+    assert len(encodings) > 2 and all(resident_slots(*e) <= budget for e in encodings)
+    assert got_bounds == bounds
+    for a, b in zip(got, sigmas, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    assert got_tokens > tokens  # the traces are encoded twice: for the segmentation, for credit

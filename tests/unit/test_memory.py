@@ -12,6 +12,7 @@ from test_methods import make_batch  # the hand-made TRL batch of the method tes
 from test_rredcot_estimator import ARCH  # 2 layers, GQA, scores that depend on context
 
 import rredcot.scoring.chunks as chunks_module
+import rredcot.scoring.logprobs as logprobs_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.models.tiny import build_tiny_model
 from rredcot.scoring.chunks import (
@@ -20,6 +21,7 @@ from rredcot.scoring.chunks import (
     plan_resident_chunks,
     resident_slots,
 )
+from rredcot.scoring.logprobs import position_ids_from_mask, response_entropies, token_logprobs
 from rredcot.scoring.packed import EncodedTraces, encode_traces
 from rredcot.segmentation import SegmentationConfig, keyword_boundaries
 from rredcot.tasks import get_task
@@ -234,3 +236,62 @@ def test_rredcot_method_under_a_budget_gives_the_same_sigmas(model, tokenizer, e
     for a, b in zip(got, sigmas, strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
     assert got_tokens > tokens  # the traces are encoded twice: for the segmentation, for credit
+
+
+# --------------------------------------------------------------------------- chunked logits
+
+
+def _full_scores(model, ids, mask):
+    """The reference: the model's (B, L, V) logits, then log π and H of the next token."""
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)
+    ).logits[:, :-1]
+    log_pi = torch.log_softmax(logits.double(), -1)
+    lp = log_pi.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    h = -(log_pi.exp() * log_pi).sum(-1)
+    valid = mask[:, :-1].bool() & mask[:, 1:].bool()
+    return lp.masked_fill(~valid, 0.0), h.masked_fill(~valid, 0.0)
+
+
+@pytest.fixture()
+def head_rows(model, monkeypatch):
+    """Rows of every LM-head call, with the chunk cut to 3 positions' logits."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    monkeypatch.setattr(logprobs_module, "_MAX_CHUNK_ELEMENTS", 3 * vocab)
+    seen: list[int] = []
+    handle = model.get_output_embeddings().register_forward_hook(
+        lambda _m, args, _out: seen.append(args[0].reshape(-1, args[0].shape[-1]).shape[0])
+    )
+    yield seen
+    handle.remove()
+
+
+def test_token_logprobs_never_builds_the_full_logits(model, tokenizer, head_rows):
+    traces = _traces(tokenizer)[:3]
+    seqs = [[*t.prompt_ids, *t.response_ids] for t in traces]
+    width = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):  # left padding, as TRL hands prompts over
+        ids[i, width - len(s) :], mask[i, width - len(s) :] = torch.tensor(s), 1
+    want_lp, want_h = _full_scores(model, ids, mask)
+    head_rows.clear()
+    with torch.no_grad():
+        lp, h = token_logprobs(model, ids, mask)
+    assert head_rows and max(head_rows) <= 3  # never more than 3 positions' logits at once
+    valid = int((mask[:, :-1].bool() & mask[:, 1:].bool()).sum())
+    assert sum(head_rows) == valid  # padding is not projected
+    torch.testing.assert_close(lp, want_lp, atol=1e-12, rtol=0)
+    torch.testing.assert_close(h, want_h, atol=1e-12, rtol=0)
+
+
+def test_response_entropies_in_chunks_equal_the_full_logits(model, tokenizer, head_rows):
+    trace = _traces(tokenizer)[0]
+    x, tau = list(trace.prompt_ids), list(trace.response_ids)
+    ids = torch.tensor([[*x, *tau]])
+    want_lp, want_h = _full_scores(model, ids, torch.ones_like(ids))
+    head_rows.clear()
+    lp, h = response_entropies(model, x, tau)
+    assert max(head_rows) <= 3 and sum(head_rows) == len(tau)
+    torch.testing.assert_close(lp, want_lp[0, len(x) - 1 :], atol=1e-12, rtol=0)
+    torch.testing.assert_close(h, want_h[0, len(x) - 1 :], atol=1e-12, rtol=0)

@@ -6,6 +6,11 @@ bound against what was actually resident (the slots of each encoding that ran).
 
 from __future__ import annotations
 
+import csv
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from test_methods import make_batch  # the hand-made TRL batch of the method tests
@@ -13,6 +18,8 @@ from test_rredcot_estimator import ARCH  # 2 layers, GQA, scores that depend on 
 
 import rredcot.scoring.chunks as chunks_module
 import rredcot.scoring.logprobs as logprobs_module
+import rredcot.scoring.packed as packed_module
+import rredcot.scoring.passes as passes_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.models.tiny import build_tiny_model
 from rredcot.scoring.chunks import (
@@ -295,3 +302,67 @@ def test_response_entropies_in_chunks_equal_the_full_logits(model, tokenizer, he
     assert max(head_rows) <= 3 and sum(head_rows) == len(tau)
     torch.testing.assert_close(lp, want_lp[0, len(x) - 1 :], atol=1e-12, rtol=0)
     torch.testing.assert_close(h, want_h[0, len(x) - 1 :], atol=1e-12, rtol=0)
+
+
+def test_scorer_projects_a_few_rows_at_a_time_with_the_same_credit(model, tokenizer, monkeypatch):
+    """The continuation passes and the leading tokens read off the encoding project their
+    hidden states in chunks of rows (`chunk_rows`); 3 rows a chunk gives the same credit."""
+    task = get_task("synthetic")
+    traces = _traces(tokenizer)[:2]
+    config = RREDCoTConfig(prune_nats=None)
+    want = rredcot_credit_batch(model, tokenizer, task, traces, config)
+    head = model.get_output_embeddings()
+    seen: list[int] = []
+    handle = head.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[0]))
+    monkeypatch.setattr(passes_module, "chunk_rows", lambda vocab: 3)
+    monkeypatch.setattr(packed_module, "chunk_rows", lambda vocab: 3)
+    try:
+        got = rredcot_credit_batch(model, tokenizer, task, traces, config)
+    finally:
+        handle.remove()
+    assert seen and max(seen) <= 3
+    for a, b in zip(got, want, strict=True):
+        assert a.forward_tokens == b.forward_tokens
+        torch.testing.assert_close(a.suffix_logprobs, b.suffix_logprobs, atol=1e-12, rtol=0)
+        torch.testing.assert_close(a.answer_logprob, b.answer_logprob, atol=1e-12, rtol=0)
+
+
+# --------------------------------------------------------------------------- paper-shape script
+
+
+@pytest.mark.slow
+def test_gpu_paper_shape_runs_tiny_on_the_cpu(repo, tmp_path):
+    """scripts/gpu_paper_shape.py --device cpu --tiny (CI's form): a credit and a training row
+    per length, each run to the end; the training micro-batch is 8 rows of P + T tokens."""
+    out = tmp_path / "shape.csv"
+    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "OMP_NUM_THREADS": "1"}
+    subprocess.run(
+        [
+            sys.executable,
+            str(repo / "scripts" / "gpu_paper_shape.py"),
+            "--device",
+            "cpu",
+            "--tiny",
+            "--csv",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        timeout=600,
+    )
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["case"], int(r["T"])) for r in rows] == [
+        (case, t) for t in (64, 128, 192) for case in ("credit", "train")
+    ]
+    assert all(r["status"] == "ok" and int(r["peak_bytes"]) > 0 for r in rows)
+    train = [r for r in rows if r["case"] == "train"]
+    assert [int(r["tokens"]) for r in train] == [8 * (32 + t) for t in (64, 128, 192)]
+    credit = [r for r in rows if r["case"] == "credit"]
+    assert all(int(r["rows"]) == 8 for r in credit)  # 2 prompts × 4 responses
+    # the budget is below one step's cache at every length: the credit ran in chunks
+    assert all(int(r["max_resident_tokens"]) < 8 * (32 + int(r["T"])) for r in credit)
+    tokens = [int(r["tokens"]) for r in credit]
+    assert tokens == sorted(tokens) and tokens[0] > 8 * (32 + 64)

@@ -55,6 +55,13 @@ keeps it longer). The first check (16 tokens) sits near the 30-nat line, so whet
 stops after 16 or 48 tokens depends on the random text: the pruned tokens can move by up to ~2x
 between draws.
 
+Peak memory vs traces per step (`--traces-sweep 4 8 16 32`, issue #29): at T = `--sweep-length`,
+K = `--sweep-k`, batches of n traces (`--sweep-prompts` prompts, n/prompts responses each, as a
+GRPO step) are scored with `max_resident_tokens` = `--max-resident-tokens` (default: the slots of
+4 traces) and without it; per n the peak resident memory above the start of each, written with
+`--sweep-csv PATH` (columns `SWEEP_COLUMNS`). Bounded, the peak stays flat in n; unbounded, it
+grows with the batch's trace cache. Only the sweep runs when it is asked for.
+
 Times are the process's CPU seconds by default (`--clock cpu`; with one thread CPU ≈ wall on an
 idle machine, and a busy shared machine disturbs it less, though not entirely: on a loaded
 machine the same training pass varied by up to 1.7x between rows, so use `--repeats 3` for
@@ -67,6 +74,8 @@ asserts nothing.
     OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --quick           # a few minutes
     OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --lengths --long \\
         --layouts shared --csv long.csv            # T = 8192, 16384 at K = 8, 16 (~15 min)
+    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --traces-sweep 4 8 16 32 \\
+        --sweep-csv sweep.csv                      # peak memory vs traces per step (~2 min)
 """
 
 from __future__ import annotations
@@ -265,12 +274,16 @@ def fmt_ratio(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
 
-def cache_bytes(model: torch.nn.Module, traces: list[Trace]) -> int:
-    """Bytes of the batch's trace cache: keys and values of every layer, P + T slots a trace."""
+def _slot_bytes(model: torch.nn.Module) -> int:
+    """Bytes of one cache slot: keys and values of every layer."""
     c = model.config
     per_slot = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim
-    per_slot *= next(model.parameters()).element_size()
-    return per_slot * sum(len(t.prompt_ids) + len(t.response_ids) for t in traces)
+    return per_slot * next(model.parameters()).element_size()
+
+
+def cache_bytes(model: torch.nn.Module, traces: list[Trace]) -> int:
+    """Bytes of the batch's trace cache: keys and values of every layer, P + T slots a trace."""
+    return _slot_bytes(model) * sum(len(t.prompt_ids) + len(t.response_ids) for t in traces)
 
 
 COLUMNS = [
@@ -342,6 +355,32 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="RREDCoTConfig.max_tokens_per_pass for every credit run (default None, as config)",
     )
+    parser.add_argument(
+        "--traces-sweep",
+        type=int,
+        nargs="*",
+        default=None,
+        help="traces per step of the memory sweep (e.g. 4 8 16 32); runs only the sweep",
+    )
+    parser.add_argument("--sweep-length", type=int, default=1024, help="T of the memory sweep")
+    parser.add_argument("--sweep-k", type=int, default=8, help="K of the memory sweep")
+    parser.add_argument(
+        "--sweep-prompts", type=int, default=4, help="distinct prompts per step of the sweep"
+    )
+    parser.add_argument(
+        "--max-resident-tokens",
+        type=int,
+        default=None,
+        help="the sweep's budget (RREDCoTConfig.max_resident_tokens); default: 4 traces' slots",
+    )
+    parser.add_argument("--sweep-csv", type=Path, default=None, help="write the sweep here")
+    parser.add_argument(
+        "--arch",
+        nargs="*",
+        default=[],
+        metavar="KEY=INT",
+        help="override the tiny model's shape (e.g. num_hidden_layers=8 num_key_value_heads=4)",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="timing repeats (median kept)")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="what to time")
     parser.add_argument("--csv", type=Path, default=None, help="write the table here")
@@ -369,16 +408,21 @@ def main() -> None:
     grid = [(t, k) for t in args.lengths for k in args.ks]
     if args.long:
         grid += [(t, k) for t in args.long_lengths for k in args.long_ks]
-    longest = max(t for t, _ in grid)
+    longest = max(t for t, _ in [*grid, (args.sweep_length, 0)])
     tokenizer = build_byte_tokenizer()
+    overrides = {key: int(value) for key, value in (item.split("=", 1) for item in args.arch)}
     arch = {
         **DEFAULT_TINY_ARCH,
+        **overrides,
         "max_position_embeddings": max(
             DEFAULT_TINY_ARCH["max_position_embeddings"], 2 * (longest + args.prompt_tokens)
         ),
     }  # RoPE's default form does not depend on it; the weights are the same for any value
     model = build_tiny_model(arch, tokenizer, seed=args.seed)
     task = SyntheticTask()
+    if args.traces_sweep:
+        memory_sweep(args, model, tokenizer, task, clock)
+        return
     cap = args.max_tokens_per_pass
     base = RREDCoTConfig(max_tokens_per_pass=cap)  # the default: prune_nats 30
     configs = {
@@ -488,6 +532,120 @@ def main() -> None:
     summary(args, rows, speedups)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
     print(f"total wall time {time.perf_counter() - wall_start:.0f} s; peak RSS {peak:.1f} GiB")
+
+
+SWEEP_COLUMNS = [
+    "traces",
+    "prompts",
+    "T",
+    "K",
+    "max_resident_tokens",
+    "chunk_cache_bytes",
+    "trace_cache_bytes",
+    "bounded_peak_bytes",
+    "unbounded_peak_bytes",
+    "bounded_credit_tokens",
+    "unbounded_credit_tokens",
+    "bounded_credit_s",
+    "unbounded_credit_s",
+]
+
+
+def sweep_batch(rng: random.Random, n: int, args: argparse.Namespace) -> list[Trace]:
+    """n traces of T = `--sweep-length`, K = `--sweep-k`: `--sweep-prompts` prompts (each with
+    its own reference) with n / prompts responses each, as a GRPO step."""
+    prompts = max(1, min(args.sweep_prompts, n))
+    one = argparse.Namespace(**{**vars(args), "traces": n // prompts})
+    traces: list[Trace] = []
+    for g in range(prompts):
+        one.traces = n // prompts + (1 if g < n % prompts else 0)
+        traces += make_batch(rng, args.sweep_length, args.sweep_k, one)[0]
+    return traces
+
+
+def memory_sweep(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    task: Any,
+    clock: Callable[[], float],
+) -> list[dict[str, Any]]:
+    """Peak memory of the credit vs traces per step, with and without `max_resident_tokens`."""
+    slots = args.prompt_tokens + args.sweep_length
+    budget = args.max_resident_tokens or 4 * slots
+    bounded = RREDCoTConfig(
+        max_resident_tokens=budget, max_tokens_per_pass=args.max_tokens_per_pass
+    )
+    unbounded = replace(bounded, max_resident_tokens=None)
+    c = model.config
+    print(
+        f"model: tiny Qwen3, {c.num_hidden_layers} layers, hidden {c.hidden_size}, "
+        f"{c.num_key_value_heads} KV heads of {c.head_dim}: "
+        f"{_slot_bytes(model)} bytes per cache slot"
+    )
+    print(
+        f"memory sweep: T = {args.sweep_length}, K = {args.sweep_k}, P = {args.prompt_tokens}, "
+        f"{args.sweep_prompts} prompts per step; max_resident_tokens {budget} "
+        f"({budget / slots:.1f} traces); peak resident memory above the start of each call"
+    )
+    warm = sweep_batch(
+        random.Random(-1), 2, argparse.Namespace(**{**vars(args), "sweep_length": 64})
+    )
+    for config in (bounded, unbounded):
+        rredcot_credit_batch(model, tokenizer, task, warm, config)
+    head = (
+        f"{'traces':>6} {'cache MiB':>9} │ {'bounded MiB':>11} {'tokens':>9} {'s':>7} │ "
+        f"{'unbounded MiB':>13} {'tokens':>9} {'s':>7}"
+    )
+    print(head)
+    print("─" * len(head))
+    rows: list[dict[str, Any]] = []
+    rng = random.Random(args.seed)
+    for n in args.traces_sweep:
+        traces = sweep_batch(rng, n, args)
+        cache = cache_bytes(model, traces)
+        chunk = cache * budget // sum(len(t.prompt_ids) + len(t.response_ids) for t in traces)
+        out = {}
+        for name, config in (("bounded", bounded), ("unbounded", unbounded)):
+            seconds, peak, res = timed(
+                lambda c=config, t=traces: rredcot_credit_batch(model, tokenizer, task, t, c),
+                args.repeats,
+                clock,
+            )
+            out[name] = (peak, sum(r.forward_tokens for r in res), seconds)
+        row = {
+            "traces": n,
+            "prompts": min(args.sweep_prompts, n),
+            "T": args.sweep_length,
+            "K": args.sweep_k,
+            "max_resident_tokens": budget,
+            "chunk_cache_bytes": chunk,
+            "trace_cache_bytes": cache,
+            "bounded_peak_bytes": out["bounded"][0],
+            "unbounded_peak_bytes": out["unbounded"][0],
+            "bounded_credit_tokens": out["bounded"][1],
+            "unbounded_credit_tokens": out["unbounded"][1],
+            "bounded_credit_s": round(out["bounded"][2], 3),
+            "unbounded_credit_s": round(out["unbounded"][2], 3),
+        }
+        rows.append(row)
+        if args.sweep_csv is not None:
+            with args.sweep_csv.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=SWEEP_COLUMNS)
+                writer.writeheader()
+                writer.writerows(rows)
+        mib = 2**20
+        print(
+            f"{n:>6} {cache / mib:>9.1f} │ {out['bounded'][0] / mib:>11.1f} "
+            f"{out['bounded'][1]:>9,} {out['bounded'][2]:>7.2f} │ "
+            f"{out['unbounded'][0] / mib:>13.1f} {out['unbounded'][1]:>9,} "
+            f"{out['unbounded'][2]:>7.2f}",
+            flush=True,
+        )
+    peaks = [r["bounded_peak_bytes"] for r in rows]
+    if peaks and min(peaks) > 0:
+        print(f"bounded peak: max/min over the sweep {max(peaks) / min(peaks):.3f}")
+    return rows
 
 
 def naive_table(

@@ -258,35 +258,32 @@ def _credit_batch(
 
     encoded / encoded_rows: traces already encoded by the caller (`encode_traces`; row
     `encoded_rows[t]` must hold trace t's prompt and a response that starts with trace t's);
-    their encoding is then the caller's cost, not counted in `forward_tokens`. seed: the draw
+    their encoding is then the caller's cost, not counted in `forward_tokens`; or a
+    `ChunkedEncoding` (`encode_within_budget`), which is encoded again here, chunk by chunk
+    under `config.max_resident_tokens`, and counted. Without `encoded` the distinct traces are
+    encoded here in such chunks (one chunk, all at once, when they fit). seed: the draw
     of the scored suffixes when `config.suffixes` is a number (one draw per prompt and
     reference, shared by its traces and all their states).
     A trace's `forward_tokens` counts the tokens run for it; what traces share (a prompt's
     encoding, state 0) is counted at the first trace that needs it, so the batch's sum is the
     batch's cost.
     """
-    from rredcot.scoring.packed import Pruning, StateQuery, encode_traces, score_encoded
+    from rredcot.scoring.chunks import ChunkedEncoding
+    from rredcot.scoring.packed import Pruning, StateQuery
 
     if not traces:
         return {name: [] for name in variants}
-    tokens = [0] * len(traces)
     if encoded is None:
         distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-        rows = []
-        seen_prompts: set[tuple[int, ...]] = set()
-        for t, trace in enumerate(traces):
-            key = (tuple(trace.prompt_ids), tuple(trace.response_ids))
-            if key not in distinct:
-                distinct[key] = len(distinct)
-                tokens[t] += len(trace.response_ids)
-                if key[0] not in seen_prompts:
-                    seen_prompts.add(key[0])
-                    tokens[t] += len(trace.prompt_ids)
-            rows.append(distinct[key])
-        encoded = encode_traces(
-            model,
+        rows = [
+            distinct.setdefault((tuple(t.prompt_ids), tuple(t.response_ids)), len(distinct))
+            for t in traces
+        ]
+        # encoded chunk by chunk in `_score_in_chunks` (one chunk when the budget allows)
+        encoded = ChunkedEncoding(
             [p for p, _ in distinct],
             [r for _, r in distinct],
+            max_resident_tokens=config.max_resident_tokens,
             max_tokens_per_pass=config.max_tokens_per_pass,
         )
     else:
@@ -365,18 +362,7 @@ def _credit_batch(
         prune = Pruning(  # anchor 0: the answer-now column
             config.prune_nats, config.prune_first_chunk, 0, config.prune_max_kept_tokens
         )
-    run: list[int] = []
-    tables = score_encoded(
-        model,
-        encoded,
-        queries,
-        max_tokens_per_pass=config.max_tokens_per_pass,
-        prune=prune,
-        tokens=run,
-        layout=config.layout,
-    )
-    for t, n in zip(asked_by, run, strict=True):
-        tokens[t] += n
+    tables, tokens = _score_in_chunks(model, encoded, rows, queries, asked_by, config, prune)
     per_trace = [torch.stack([tables[q][a] for q, a in where[t]]) for t in range(len(traces))]
 
     def credits(cfg: RREDCoTConfig) -> list[RREDCoTResult]:
@@ -398,6 +384,65 @@ def _credit_batch(
         return results
 
     return {name: credits(cfg) for name, cfg in variants.items()}
+
+
+def _score_in_chunks(
+    model: torch.nn.Module,
+    encoded: Any,
+    rows: Sequence[int],
+    queries: Sequence[Any],
+    asked_by: Sequence[int],
+    config: RREDCoTConfig,
+    prune: Any,
+) -> tuple[list[torch.Tensor], list[int]]:
+    """The table of every query (`score_encoded`), and the tokens run per trace.
+
+    A resident `EncodedTraces` is scored in one call (its encoding is the caller's cost). A
+    `ChunkedEncoding` is encoded chunk by chunk under `config.max_resident_tokens` (only the
+    rows the traces use), each chunk's queries scored on it before it is dropped; its
+    encoding is counted here: a response at the first trace that reads it, a prompt at the
+    first trace that reads it in each chunk. A query names one row, so it runs in one chunk and
+    what it computes does not depend on the chunking (up to float rounding of batched passes).
+    """
+    from rredcot.scoring.chunks import ChunkedEncoding
+    from rredcot.scoring.packed import score_encoded
+
+    tokens = [0] * len(rows)
+    tables: list[torch.Tensor | None] = [None] * len(queries)
+    chunked = isinstance(encoded, ChunkedEncoding)
+    if chunked:
+        chunks = encoded.chunks(model, sorted(set(rows)))
+    else:
+        chunks = iter([(list(range(len(encoded))), encoded)])
+    for chunk, part in chunks:
+        local = {r: i for i, r in enumerate(chunk)}
+        if chunked:  # encoded here: the traces that first read it pay for it
+            seen_rows: set[int] = set()
+            seen_prompts: set[tuple[int, ...]] = set()
+            for t, row in enumerate(rows):
+                prompt = tuple(encoded.prompt_ids[row])
+                if row in local and row not in seen_rows:
+                    seen_rows.add(row)
+                    tokens[t] += len(encoded.response_ids[row])
+                if row in local and prompt not in seen_prompts:
+                    seen_prompts.add(prompt)
+                    tokens[t] += len(prompt)
+        mine = [q for q, query in enumerate(queries) if query.trace in local]
+        run: list[int] = []
+        out = score_encoded(
+            model,
+            part,
+            [replace(queries[q], trace=local[queries[q].trace]) for q in mine],
+            max_tokens_per_pass=config.max_tokens_per_pass,
+            prune=prune,
+            tokens=run,
+            layout=config.layout,
+        )
+        for q, table, n in zip(mine, out, run, strict=True):
+            tables[q] = table
+            tokens[asked_by[q]] += n
+        del part, out
+    return [t for t in tables if t is not None], tokens
 
 
 def _result(

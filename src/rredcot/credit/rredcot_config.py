@@ -46,6 +46,11 @@ class RREDCoTConfig:
     max_tokens_per_pass: int | None = None
     """Cap on tokens per forward pass of the scorer, rows × width with padding (memory); None:
     passes are cut by padding only."""
+    max_resident_tokens: int | None = None
+    """Most trace-cache slots resident at once, rows × (P_max + T_max) of an encoding (memory:
+    a slot costs keys and values of every layer, 144 KiB at Qwen3-4B in bf16): the traces of a
+    step are encoded and scored in chunks that fit (`rredcot.scoring.chunks`), same scores; a
+    longer trace is a chunk alone. None: every trace at once."""
     suffixes: str | int = "all"
     """Reference suffixes scored per state: "all" (the J of them: exact) or a number m ≥ 1:
     m of the J drawn uniformly without replacement (the same for all states of a trace and all
@@ -121,12 +126,12 @@ class RREDCoTConfig:
                 f"estimator.rredcot.prune_max_kept_tokens: expected an integer ≥ 1 or None, "
                 f"got {kept!r}"
             )
-        cap = self.max_tokens_per_pass
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(
-                f"estimator.rredcot.max_tokens_per_pass: expected an integer ≥ 1 or None, "
-                f"got {cap!r}"
-            )
+        for name in ("max_tokens_per_pass", "max_resident_tokens"):
+            cap = getattr(self, name)
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise ValueError(
+                    f"estimator.rredcot.{name}: expected an integer ≥ 1 or None, got {cap!r}"
+                )
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> RREDCoTConfig:

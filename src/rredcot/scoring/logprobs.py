@@ -7,7 +7,10 @@ points), and the naive continuation score that `rredcot.scoring.packed` is teste
 
 Logits are upcast to at least float32 before `log_softmax` (float64 stays float64), and the
 vocabulary-sized temporaries are processed in row chunks so a long trace of a large-vocabulary
-model does not hold several (L, V) float32 copies at once.
+model does not hold several (L, V) float32 copies at once. `token_logprobs` and
+`response_entropies` never build the (B, L, V) logits at all: they run the model's body and
+project its last hidden states onto the vocabulary a chunk of positions at a time
+(`hidden_scores`; 8 × 25k × 151,936 logits would be ~61 GB in bf16).
 """
 
 from __future__ import annotations
@@ -53,6 +56,38 @@ def gather_logprobs(
     return logprobs, entropies
 
 
+def _body_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(decoder body, LM head) when the logits are exactly head(body(·)), else None (a logit
+    soft-cap, or a model without the two parts: the caller then takes the model's logits)."""
+    if getattr(getattr(model, "config", None), "final_logit_softcapping", None) is not None:
+        return None
+    get_decoder = getattr(model, "get_decoder", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if get_decoder is None or head is None:
+        return None
+    return get_decoder(), head
+
+
+def hidden_scores(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π(target), H) per row of `hidden` (N, H) under the LM `head`, projecting a chunk of
+    rows at a time (about 2^25 logits), so the (N, V) logits never exist at once."""
+    vocab = head.weight.shape[0]
+    chunk = max(1, _MAX_CHUNK_ELEMENTS // max(vocab, 1))
+    logprobs, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        lp, h = gather_logprobs(head(hidden[rows]), targets[rows], with_entropy=True)
+        logprobs.append(lp)
+        entropies.append(h)
+    if not logprobs:
+        dtype = _score_dtype(hidden.dtype)
+        empty = torch.zeros(0, dtype=dtype, device=hidden.device)
+        return empty, empty.clone()
+    return torch.cat(logprobs), torch.cat(entropies)
+
+
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions 0, 1, … counted over real tokens only, so left padding does not shift RoPE."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
@@ -78,17 +113,27 @@ def token_logprobs(
         raise ValueError(
             f"input_ids: need at least 2 positions to score a next token, got {length}"
         )
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-    ).logits[:, :-1]  # (B, L-1, V)
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids_from_mask(attention_mask),
+    }
     valid = attention_mask[:, :-1].bool() & attention_mask[:, 1:].bool()  # (B, L-1)
-    logprobs, entropies = gather_logprobs(
-        logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1), with_entropy=True
-    )
-    logprobs = logprobs.view(batch, length - 1).masked_fill(~valid, 0.0)
-    entropies = entropies.view(batch, length - 1).masked_fill(~valid, 0.0)
+    parts = _body_and_head(model)
+    if parts is None:  # the model's own (B, L, V) logits
+        logits = model(**inputs).logits[:, :-1]  # (B, L-1, V)
+        logprobs, entropies = gather_logprobs(
+            logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1), with_entropy=True
+        )
+        logprobs = logprobs.view(batch, length - 1).masked_fill(~valid, 0.0)
+        entropies = entropies.view(batch, length - 1).masked_fill(~valid, 0.0)
+        return logprobs, entropies
+    body, head = parts
+    hidden = body(**inputs).last_hidden_state[:, :-1]  # (B, L-1, H)
+    lp, h = hidden_scores(head, hidden[valid], input_ids[:, 1:][valid])  # real positions only
+    logprobs = torch.zeros(batch, length - 1, dtype=lp.dtype, device=lp.device)
+    entropies = torch.zeros_like(logprobs)
+    logprobs[valid], entropies[valid] = lp, h
     return logprobs, entropies
 
 
@@ -130,7 +175,11 @@ def response_entropies(
     # The last response token predicts nothing we need, so it is not fed.
     ids = torch.tensor([*prompt_ids, *response_ids[:-1]], dtype=torch.long, device=device)
     n = len(response_ids)
-    logits = model(input_ids=ids[None], logits_to_keep=n).logits[0]  # (T, V)
     targets = torch.tensor(response_ids, dtype=torch.long, device=device)
-    logprobs, entropies = gather_logprobs(logits, targets, with_entropy=True)
-    return logprobs, entropies
+    parts = _body_and_head(model)
+    if parts is None:
+        logits = model(input_ids=ids[None], logits_to_keep=n).logits[0]  # (T, V)
+        return gather_logprobs(logits, targets, with_entropy=True)
+    body, head = parts
+    hidden = body(input_ids=ids[None]).last_hidden_state[0, -n:]  # (T, H)
+    return hidden_scores(head, hidden, targets)

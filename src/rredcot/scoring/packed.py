@@ -214,16 +214,15 @@ def _leading_scores(
     distinct = {pair: r for r, pair in enumerate(dict.fromkeys(at))}
     hidden = encoded.hidden[[i for i, _ in distinct], [t for _, t in distinct]]  # (U, ·)
     rows = chunk_rows(model.get_output_embeddings().weight.shape[0])
-    log_pi = torch.cat(
-        [
-            torch.log_softmax(encoded.logits(model, hidden[s : s + rows]).to(torch.float64), -1)
-            for s in range(0, len(hidden), rows)
-        ]
-    )  # (U, V)
-    lead = log_pi[
-        torch.tensor([distinct[pair] for pair in at], device=device),
-        torch.tensor(token, device=device),
-    ]
+    where = torch.tensor([distinct[pair] for pair in at], device=device)
+    wanted = torch.tensor(token, device=device)
+    lead = torch.empty(len(at), dtype=torch.float64, device=device)
+    for s in range(0, len(hidden), rows):  # (rows, V) log-probs at a time, never (U, V)
+        log_pi = torch.log_softmax(
+            encoded.logits(model, hidden[s : s + rows]).to(torch.float64), -1
+        )
+        mine = (where >= s) & (where < s + rows)
+        lead[mine] = log_pi[where[mine] - s, wanted[mine]]
     scores = torch.zeros(len(items), dtype=torch.float64, device=device)
     return scores.index_add_(0, torch.tensor(owner, device=device), lead), skips
 

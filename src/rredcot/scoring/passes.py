@@ -18,7 +18,14 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from rredcot.scoring.attention import SlotCache, allowed_to_mask, decoder, gqa_in_kernel, project
+from rredcot.scoring.attention import (
+    SlotCache,
+    allowed_to_mask,
+    chunk_rows,
+    decoder,
+    gqa_in_kernel,
+    project,
+)
 from rredcot.scoring.encoding import EncodedTraces
 from rredcot.scoring.layout import _plan_passes, _Row
 from rredcot.scoring.logprobs import gather_logprobs
@@ -125,9 +132,13 @@ def _score(
     item: torch.Tensor,
     scores: torch.Tensor,
 ) -> None:
-    """scores[item] += log π(target) of each hidden state (N, H)."""
-    log_pi, _ = gather_logprobs(project(model, hidden), targets)  # (N,)
-    scores.index_add_(0, item, log_pi.to(torch.float64))
+    """scores[item] += log π(target) of each hidden state (N, H), projecting a chunk of rows
+    at a time (a pass of 65k tokens would otherwise hold 65k × V logits)."""
+    rows = chunk_rows(model.get_output_embeddings().weight.shape[0])
+    for s in range(0, len(hidden), rows):
+        part = slice(s, s + rows)
+        log_pi, _ = gather_logprobs(project(model, hidden[part]), targets[part])  # (rows,)
+        scores.index_add_(0, item[part], log_pi.to(torch.float64))
 
 
 def _one_length(kept: Sequence[tuple[int, int, int, int]]) -> int:

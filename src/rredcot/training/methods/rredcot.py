@@ -24,7 +24,8 @@ from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.redistribution import terminal_credit
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.references import reference_reasoning
-from rredcot.scoring.packed import encode_traces, encoding_from_generation
+from rredcot.scoring.chunks import encode_within_budget
+from rredcot.scoring.packed import encoding_from_generation
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     MethodSettings,
@@ -124,11 +125,12 @@ class RREDCoTMethod(SegmentCreditMethod):
                 distinct.setdefault((tuple(p), tuple(r)), len(distinct))
                 for p, r in zip(prompts, responses, strict=True)
             ]
-            encoded = encode_traces(
+            encoded = encode_within_budget(  # chunked under max_resident_tokens when needed
                 policy,
                 [p for p, _ in distinct],
                 [r for _, r in distinct],
                 max_tokens_per_pass=self.estimator.max_tokens_per_pass,
+                max_resident_tokens=self.estimator.max_resident_tokens,
             )
         scores = encoded.token_scores(policy) if needs_scores(self.segmentation) else None
         segs, _ = segment_completions(

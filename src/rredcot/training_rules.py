@@ -104,6 +104,8 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
 )
 """Keys of config `training` that are not a run's settings (`run_settings` drops them)."""
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")
+VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
+"""Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
 
 
 def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,6 +144,9 @@ def run_settings(
     )
     for layer in (own, variant):
         settings = merged(settings, {k: v for k, v in layer.items() if k not in _OVERRIDE_DROPS})
+    if not settings.get("use_vllm"):  # they size the vLLM context only
+        for key in VLLM_ONLY:
+            settings.pop(key, None)
     settings.update(
         method=method,
         seed=seed,

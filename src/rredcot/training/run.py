@@ -54,6 +54,7 @@ from rredcot.training.lora import LoraSettings, save_final
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 from rredcot.training_rules import process_layout, settings_error
+from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,12 @@ class TrainingSettings:
     """server: host of the vLLM server."""
     vllm_server_port: int = 8000
     """server: port of the vLLM server."""
+    max_prompt_tokens: int = 1024
+    """Longest prompt the vLLM context is sized for (`vllm_max_model_length` None)."""
+    vllm_max_model_length: int | None = None
+    """vLLM context (TRL's `vllm_max_model_length`); None: derived from the lengths
+    (`rredcot.vllm_memory.training_length`), so vLLM never sizes its cache for the model's whole
+    context."""
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     """Segmentation of responses (METHOD.md §2); rredcot and mc."""
     credit: CreditConfig = field(default_factory=CreditConfig)
@@ -226,6 +233,9 @@ class TrainingSettings:
             )
         for name in ("gradient_accumulation_steps", "vllm_tensor_parallel_size"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for name in ("max_prompt_tokens", "vllm_max_model_length"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         if self.per_device_batch_size is not None:
             object.__setattr__(
                 self,
@@ -389,6 +399,7 @@ def grpo_config(
         vllm_tensor_parallel_size=settings.vllm_tensor_parallel_size,
         vllm_server_host=settings.vllm_server_host,
         vllm_server_port=settings.vllm_server_port,
+        vllm_max_model_length=training_length(asdict(settings)) if settings.use_vllm else None,
         # RRPO/SRPO train on-policy without a ratio (their rollout returns no logprobs); the other
         # methods keep TRL's correction for the vLLM/training logprob mismatch.
         vllm_importance_sampling_correction=not (resets and settings.use_vllm),
@@ -787,6 +798,29 @@ def _is_zero3(trainer: CreditGRPOTrainer) -> bool:
     return DistributedBackend(trainer.accelerator).is_zero3
 
 
+def check_vllm_memory(model: PreTrainedModel, settings: TrainingSettings) -> None:
+    """Refuse, before the engine starts, a colocated vLLM context whose one sequence does not
+    fit the share of this GPU (the Snakefile checked the config's `devices.memory_gb`; this is
+    the device's own memory and the loaded model's shape)."""
+    import torch
+
+    if not (settings.use_vllm and settings.vllm_mode == "colocate" and torch.cuda.is_available()):
+        return
+    memory_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+    dims = dims_from_config(model.config.to_dict(), "loaded model's config")
+    error = kv_cache_error(
+        dims,
+        training_length(asdict(settings)),
+        settings.vllm_gpu_memory_utilization,
+        memory_gb,
+        "bfloat16" if settings.bf16 else str(model.dtype).removeprefix("torch."),
+        ("training.vllm_max_model_length", "training.vllm_gpu_memory_utilization"),
+        "this device's memory",
+    )
+    if error is not None:
+        raise ValueError(error)
+
+
 def train_policy(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -814,6 +848,7 @@ def train_policy(
     main one alone removes, appends and writes files.
     """
     out = Path(out)
+    check_vllm_memory(model, settings)
     task = get_task(settings.task)
     train, without_reference = training_rows(table, task, tokenizer, settings)
     from accelerate import PartialState

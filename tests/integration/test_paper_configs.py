@@ -184,6 +184,9 @@ def test_dry_run_requests_what_the_config_says(
     runs = check_dag(config, dry_run(config, tmp_path, bin_dir))
     gpu_rules = {j.rule for j in runs if int(j.resources.get("gpu", 0)) > 0}
     assert "train_policy" in gpu_rules  # a paper-scale config trains on GPUs
+    for job in runs:  # each GPU job takes devices of its own (rredcot.devices)
+        gpus = int(job.resources.get("gpu", 0))
+        assert not gpus or job.shell.startswith(f"python -m rredcot.devices --gpus {gpus} -- ")
     assert not cluster_calls(calls)
     if config.name.startswith("paper_"):
         check_official_baselines(runs)

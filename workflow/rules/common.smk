@@ -103,6 +103,14 @@ def res(rule: str, key: str):
     )
 
 
+# Every GPU rule's command runs through the slot allocator (rredcot.devices): a local job with
+# resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES; under SLURM, or with gpu 0,
+# the command runs unchanged.
+GPU_JOB = "python -m rredcot.devices" + (
+    f" --count {config['devices']['count']}" if config["devices"]["count"] is not None else ""
+)
+
+
 def problem_table(name: str) -> str:
     """The normalized parquet of a problem set: a world table, a registry benchmark, or a
     registry training set."""

@@ -57,7 +57,8 @@ rule train_policy:
             else ""
         ),
     shell:
-        "{params.launcher} rredcot.steps.train_policy --model {input.model} "
+        "{GPU_JOB} --gpus {resources.gpu} -- {params.launcher} rredcot.steps.train_policy "
+        "--model {input.model} "
         "--train {input.train} --params {params.settings} --dtype {params.dtype} "
         "--threads {threads} --out {params.run_dir} {params.curve} {params.keep_stale} "
         "> {log} 2>&1"

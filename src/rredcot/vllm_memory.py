@@ -81,18 +81,19 @@ _R1_DISTILL_1P5B = {  # Qwen2.5-Math-1.5B's shape
     "vocab_size": 151936,
     "tie_word_embeddings": False,
 }
-KNOWN_MODELS: Mapping[str, ModelDims] = {
-    name: _hub(cfg, name)
-    for name, cfg in (
-        ("Qwen/Qwen3-4B", _QWEN3_4B),
-        ("Qwen/Qwen3-4B-Instruct-2507", _QWEN3_4B),
-        ("Qwen/Qwen3-4B-Thinking-2507", _QWEN3_4B),
-        ("Qwen/Qwen3-4B-Base", _QWEN3_4B),
-        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", _R1_DISTILL_1P5B),
-        ("Qwen/Qwen2.5-Math-1.5B", _R1_DISTILL_1P5B),
-    )
+KNOWN_CONFIGS: Mapping[str, Mapping[str, Any]] = {
+    "Qwen/Qwen3-4B": _QWEN3_4B,
+    "Qwen/Qwen3-4B-Instruct-2507": _QWEN3_4B,
+    "Qwen/Qwen3-4B-Thinking-2507": _QWEN3_4B,
+    "Qwen/Qwen3-4B-Base": _QWEN3_4B,
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": _R1_DISTILL_1P5B,
+    "Qwen/Qwen2.5-Math-1.5B": _R1_DISTILL_1P5B,
 }
-"""The paper configs' models (and their base / sibling checkpoints of the same shape)."""
+"""config.json shape fields of the paper configs' models (and their base / sibling checkpoints
+of the same shape)."""
+KNOWN_MODELS: Mapping[str, ModelDims] = {
+    name: _hub(dict(cfg), name) for name, cfg in KNOWN_CONFIGS.items()
+}
 
 
 def model_dims(name_or_path: str | None, local: str | Path | None = None) -> ModelDims | None:

@@ -16,7 +16,6 @@ checkpoints its adapter only (the same 14 bytes per adapter parameter).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -33,6 +32,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from rredcot.rendered_docs import write_or_check  # noqa: E402
 from rredcot.vllm_memory import KNOWN_CONFIGS, KNOWN_MODELS  # noqa: E402
 
 DOC = REPO / "docs" / "paper_budget.md"
@@ -162,17 +162,7 @@ def render() -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = p.parse_args()
-    text = render()
-    if args.check:
-        same = DOC.is_file() and DOC.read_text() == text
-        print("up to date" if same else f"{DOC} differs from what it renders; rerun the script")
-        sys.exit(0 if same else 1)
-    DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
+    write_or_check(DOC, render, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

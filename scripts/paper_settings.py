@@ -13,7 +13,6 @@ value cannot go undocumented.
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import sys
 from collections.abc import Iterator
@@ -23,6 +22,10 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from rredcot.rendered_docs import write_or_check  # noqa: E402
+
 DOC = REPO / "docs" / "paper_settings.md"
 SOURCES = ("paper", "official SRPO", "open-r1", "open-rs", "ours")
 CONFIGS = {"paper_qwen3_4b": "Qwen3-4B (paper scale a)", "paper_r1_distill_1p5b": "R1-Distill 1.5B"}
@@ -375,17 +378,7 @@ def render() -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = p.parse_args()
-    text = render()
-    if args.check:
-        same = DOC.is_file() and DOC.read_text() == text
-        print("up to date" if same else f"{DOC} differs from what it renders; rerun the script")
-        sys.exit(0 if same else 1)
-    DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
+    write_or_check(DOC, render, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -43,6 +43,11 @@ SHARED_RUN_KEYS: tuple[str, ...] = (
     "vllm_tensor_parallel_size",
     "vllm_server_host",
     "vllm_server_port",
+    "max_prompt_tokens",
+    "vllm_max_model_length",
+    "updates_per_generation",
+    "num_iterations",
+    "mask_truncated_completions",
     "lora",
     "accelerate",
 )

@@ -10,6 +10,19 @@ from typing import Any
 from rredcot.method_registry import RESET_METHODS, method_spec
 
 
+def _batch_words(updates: int) -> str:
+    """How the batch of one optimizer step is named in messages."""
+    return "prompts_per_step × num_generations" + " / updates_per_generation" * (updates > 1)
+
+
+def optimizer_batch(values: Mapping[str, Any]) -> int:
+    """Responses per optimizer step: one generation's prompts_per_step × num_generations,
+    split over `updates_per_generation` optimizer steps (TRL's steps_per_generation /
+    gradient_accumulation_steps)."""
+    total = values["prompts_per_step"] * values["num_generations"]
+    return total // values.get("updates_per_generation", 1)
+
+
 def settings_error(values: Mapping[str, Any]) -> str | None:
     """What is wrong with a run's settings taken together (`TrainingSettings` fields), or None."""
     method, n = values["method"], values["num_generations"]
@@ -24,13 +37,32 @@ def settings_error(values: Mapping[str, Any]) -> str | None:
             f"training.methods: {method!r} reads the synthetic world's step checker, an oracle "
             f"no real dataset has; it cannot train on task {values['task']!r}"
         )
+    off_policy = {
+        k: values.get(k, d)
+        for k, d in (("updates_per_generation", 1), ("num_iterations", 1))
+        if values.get(k, d) != 1
+    }
+    if values.get("mask_truncated_completions"):
+        off_policy["mask_truncated_completions"] = True
+    if method in RESET_METHODS and off_policy:
+        key = next(iter(off_policy))
+        return (
+            f"training.{key}: method {method!r} trains with the on-policy loss (one pass, one "
+            f"update per generation, every token counted); got {off_policy}"
+        )
     if values["use_vllm"] and values["device"] == "cpu":
         return (
             "training.use_vllm: vLLM samples on GPUs; set training.device to 'auto' (and "
             "install the `gpu` extra) or use_vllm to false"
         )
+    updates = values.get("updates_per_generation", 1)
+    if (values["prompts_per_step"] * n) % updates:
+        return (
+            f"training.updates_per_generation: {updates} must divide prompts_per_step × "
+            f"num_generations = {values['prompts_per_step'] * n} (one generation's batch)"
+        )
     # Whatever the number of processes, micro-batches must tile the step's batch.
-    total = values["prompts_per_step"] * n
+    total = optimizer_batch(values)
     accumulation, per_device = (
         values["gradient_accumulation_steps"],
         values["per_device_batch_size"],
@@ -38,13 +70,13 @@ def settings_error(values: Mapping[str, Any]) -> str | None:
     if per_device is None and total % accumulation:
         return (
             f"training.gradient_accumulation_steps: {accumulation} must divide "
-            f"prompts_per_step × num_generations = {total} (the batch of one optimizer step)"
+            f"{_batch_words(updates)} = {total} (the batch of one optimizer step)"
         )
     if per_device is not None and total % (per_device * accumulation):
         return (
             f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
-            f"{accumulation} must divide prompts_per_step × num_generations = {total} (the batch "
-            "of one optimizer step)"
+            f"{accumulation} must divide {_batch_words(updates)} = {total} (the batch of one "
+            "optimizer step)"
         )
     return None
 
@@ -54,14 +86,16 @@ def process_layout(
 ) -> tuple[int, int]:
     """(per-device micro-batch, gradient-accumulation steps) for `num_processes` processes.
 
-    One optimizer step always sees prompts_per_step × num_generations responses, sampled once:
-    TRL's generation batch is per_device × processes × accumulation, so the product must equal
-    it. A method that pools group statistics (`whole_groups`: all but grpo) needs each
-    process's generation batch (per_device × accumulation rows) to hold whole groups of
-    num_generations.
+    One generation samples prompts_per_step × num_generations responses once, and
+    `updates_per_generation` optimizer steps (default 1) share them: one optimizer step sees
+    per_device × processes × accumulation of them (`optimizer_batch`), TRL's generation batch
+    is that × updates_per_generation. A method that pools group statistics (`whole_groups`:
+    all but grpo) needs each process's generation batch (per_device × accumulation ×
+    updates_per_generation rows) to hold whole groups of num_generations.
     """
     n = values["num_generations"]
-    total = values["prompts_per_step"] * n
+    updates = values.get("updates_per_generation", 1)
+    total = optimizer_batch(values)
     accumulation, per_device = (
         values["gradient_accumulation_steps"],
         values["per_device_batch_size"],
@@ -69,7 +103,7 @@ def process_layout(
     if per_device is None:
         if total % (num_processes * accumulation):
             raise ValueError(
-                f"training.per_device_batch_size: null splits prompts_per_step × num_generations "
+                f"training.per_device_batch_size: null splits {_batch_words(updates)} "
                 f"= {total} over {num_processes} process(es) × gradient_accumulation_steps "
                 f"{accumulation}, which does not divide it; set per_device_batch_size so that "
                 f"per_device_batch_size × gradient_accumulation_steps × processes = {total}"
@@ -80,14 +114,15 @@ def process_layout(
             f"training.per_device_batch_size: {per_device} × gradient_accumulation_steps "
             f"{accumulation} × {num_processes} process(es) = "
             f"{per_device * accumulation * num_processes}, but one optimizer step takes "
-            f"prompts_per_step × num_generations = {total} responses"
+            f"{_batch_words(updates)} = {total} responses"
         )
-    local = per_device * accumulation
+    local = per_device * accumulation * updates
     if num_processes > 1 and whole_groups and local % n:
         raise ValueError(
             f"training.per_device_batch_size: method {values['method']!r} pools each group's "
             f"statistics, so a group must sit on one process: per_device_batch_size × "
-            f"gradient_accumulation_steps = {local} must be a multiple of num_generations = {n}"
+            f"gradient_accumulation_steps{' × updates_per_generation' * (updates > 1)} = "
+            f"{local} must be a multiple of num_generations = {n}"
         )
     return per_device, accumulation
 
@@ -105,9 +140,14 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
     "num_processes",
     # what happens to other runs' directories (the step's own argument)
     "keep_stale_checkpoints",
+    # how long ranks wait and where the run reports (the step's --runtime, not in the record)
+    "ddp_timeout",
+    "report_to",
 )
 """Keys of config `training` that are not a run's settings (`run_settings` drops them)."""
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")
+VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
+"""Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
 
 
 def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -146,6 +186,9 @@ def run_settings(
     )
     for layer in (own, variant):
         settings = merged(settings, {k: v for k, v in layer.items() if k not in _OVERRIDE_DROPS})
+    if not settings.get("use_vllm"):  # they size the vLLM context only
+        for key in VLLM_ONLY:
+            settings.pop(key, None)
     settings.update(
         method=method,
         seed=seed,

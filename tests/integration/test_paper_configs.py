@@ -184,6 +184,9 @@ def test_dry_run_requests_what_the_config_says(
     runs = check_dag(config, dry_run(config, tmp_path, bin_dir))
     gpu_rules = {j.rule for j in runs if int(j.resources.get("gpu", 0)) > 0}
     assert "train_policy" in gpu_rules  # a paper-scale config trains on GPUs
+    for job in runs:  # each GPU job takes devices of its own (rredcot.devices)
+        gpus = int(job.resources.get("gpu", 0))
+        assert not gpus or job.shell.startswith(f"python -m rredcot.devices --gpus {gpus} -- ")
     assert not cluster_calls(calls)
     if config.name.startswith("paper_"):
         check_official_baselines(runs)
@@ -277,3 +280,20 @@ def test_the_default_variants_change_only_their_own_runs(
     assert params["rredcot_conditional"]["credit"] == params["rredcot"]["credit"]
     joint = dict(params["rredcot_conditional"]["rredcot"], answer_now="joint")
     assert joint == params["rredcot"]["rredcot"]  # nothing else of the estimator changed
+
+
+def test_a_context_too_long_for_the_vllm_share_stops_at_load_time(
+    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    """Qwen3-4B's whole 262,144-token context in a 0.3 x 80 GB colocated share: refused before
+    any job, naming the key (rredcot.vllm_memory; tests/unit/test_vllm_memory.py has the
+    arithmetic)."""
+    bin_dir, _ = no_slurm_clients
+    overlay = tmp_path / "long.yaml"
+    base = yaml.safe_load((REPO / "configs" / "paper_qwen3_4b.yaml").read_text())
+    update_config(base, {"training": {"vllm_max_model_length": 262144}})
+    overlay.write_text(yaml.safe_dump(base))
+    proc = dry_run(overlay, tmp_path, bin_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Building DAG of jobs" not in out, out[-2000:]
+    assert "run grpo: config key 'training.vllm_max_model_length'" in out, out[-2000:]

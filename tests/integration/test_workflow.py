@@ -313,9 +313,11 @@ def test_probe_config_errors_stop_at_load_time(repo, tmp_path, run_snakemake, li
 def test_missing_mirror_stops_a_requested_table_before_any_job(repo, tmp_path, run_snakemake):
     """A real benchmark asked for on the command line (not in `benchmarks`): the missing mirror
     is named while the DAG is built, before any job runs."""
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("data: {mirror: missing_mirror}\n")
     proc = run_snakemake(
         repo, tmp_path, "results/aime24_table.csv", "--configfile",
-        str(repo / "configs/smoke.yaml"), "-n", env=NO_MIRROR_ENV,
+        str(repo / "configs/smoke.yaml"), str(missing), "-n", env=NO_MIRROR_ENV,
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config key 'data.mirror'" in out, out[-2000:]

@@ -147,6 +147,16 @@ def test_relative_config_path_resolves_against_cwd(monkeypatch, tmp_path):
     assert mirror_dir("") is None
 
 
+@pytest.mark.parametrize("text", ["null", "None", "~", " NULL "])
+def test_null_as_text_means_no_mirror(monkeypatch, text):
+    """`--config data='{mirror: null}'` passes the text 'null'; it and ~ mean no mirror, in the
+    config key and (overriding the key) in the variable."""
+    monkeypatch.delenv("RREDCOT_MIRROR", raising=False)
+    assert mirror_dir(text) is None
+    monkeypatch.setenv("RREDCOT_MIRROR", text)
+    assert mirror_dir("/some/mirror") is None
+
+
 # --- mirror before Hub -------------------------------------------------------------------
 
 

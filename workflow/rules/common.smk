@@ -100,6 +100,14 @@ def res(rule: str, key: str):
     )
 
 
+# Every GPU rule's command runs through the slot allocator (rredcot.devices): a local job with
+# resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES; under SLURM, or with gpu 0,
+# the command runs unchanged.
+GPU_JOB = "python -m rredcot.devices" + (
+    f" --count {config['devices']['count']}" if config["devices"]["count"] is not None else ""
+)
+
+
 def problem_table(name: str) -> str:
     """The normalized parquet of a problem set: a world table, a registry benchmark, or a
     registry training set."""
@@ -263,18 +271,24 @@ def policy_path(wildcards) -> str:
 
 def eval_settings(benchmark: str) -> dict:
     """Evaluation settings of one benchmark: the defaults with its per-benchmark overrides."""
-    ev = {k: v for k, v in config["evaluation"].items() if k != "per_benchmark"}
+    # max_prompt_tokens only sizes the vLLM context (generation_backend), at load time
+    skip = ("per_benchmark", "max_prompt_tokens")
+    ev = {k: v for k, v in config["evaluation"].items() if k not in skip}
     ev.update(config["evaluation"]["per_benchmark"].get(benchmark, {}))
     ev["dtype"] = ev.get("dtype") or config["model"]["dtype"]
+    ev["vllm"] = generation_backend()["vllm"]
     return ev
 
 
 def generation_backend() -> dict:
     """The settings a generating step needs to build its backend (`evaluation` block)."""
+    from rredcot.vllm_memory import generation_engine
+
     ev = config["evaluation"]
     return {
         "backend": ev["backend"],
-        "vllm": ev["vllm"],
+        # vLLM: max_model_len from the config's lengths when null (rredcot.vllm_memory)
+        "vllm": generation_engine(config),
         "device": ev["device"],
         "dtype": ev["dtype"] or config["model"]["dtype"],
     }
@@ -339,6 +353,14 @@ def check_training_runs() -> None:
                 f"config key '{key}' (run {name}: training with its per_method and variant "
                 f"overrides): {what}"
             )
+    from rredcot.vllm_memory import config_errors
+
+    # One full-length vLLM sequence must fit its memory share (the model's shape from
+    # results/models/base/config.json once fetched, else rredcot.vllm_memory.KNOWN_MODELS).
+    runs = {n: training_settings(n, config["training"]["seeds"][0]) for n in TRAINING_METHODS}
+    memory = config_errors(config, runs, BASE_MODEL)
+    if memory:
+        raise ConfigError("\n  - ".join(["vLLM memory:", *memory]))
 
 
 check_training_runs()

@@ -30,7 +30,7 @@ rule generate:
             }
         ),
     shell:
-        "python -m rredcot.steps.generate --policy {params.policy} --method {wildcards.method} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.generate --policy {params.policy} --method {wildcards.method} "
         "--problems {input.problems} "
         "--params {params.settings} --threads {threads} --out {output.generations} > {log} 2>&1"
 

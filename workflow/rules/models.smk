@@ -73,6 +73,7 @@ else:
                 {
                     "name_or_path": config["model"]["name_or_path"],
                     "revision": config["model"].get("revision"),
+                    "enable_thinking": config["model"]["enable_thinking"],
                 }
             ),
         shell:

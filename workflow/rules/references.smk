@@ -34,7 +34,7 @@ rule reference_solutions:
             }
         ),
     shell:
-        "python -m rredcot.steps.reference_solutions --problems {input.problems} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.reference_solutions --problems {input.problems} "
         "--policy {params.policy} --params {params.settings} --threads {threads} "
         "--out {output.references} --missing {output.missing} --summary {output.summary} "
         "> {log} 2>&1"

@@ -102,7 +102,7 @@ rule study_traces:
             }
         ),
     shell:
-        "python -m rredcot.steps.study_traces --policy {params.policy} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_traces --policy {params.policy} "
         "--problems {input.problems} --sampled {input.sampled} --params {params.settings} "
         "--threads {threads} --out {output.traces} --segmentations {output.segmentations} "
         "--study-set {output.study_set} > {log} 2>&1"
@@ -138,7 +138,7 @@ rule study_ground_truth:
             }
         ),
     shell:
-        "python -m rredcot.steps.study_ground_truth --policy {params.policy} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_ground_truth --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--params {params.settings} --threads {threads} --out {output.rollouts} > {log} 2>&1"
 
@@ -173,7 +173,7 @@ rule study_mc:
             }
         ),
     shell:
-        "python -m rredcot.steps.study_mc --policy {params.policy} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_mc --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
 
@@ -207,7 +207,7 @@ rule study_scored:
             }
         ),
     shell:
-        "python -m rredcot.steps.study_scored --policy {params.policy} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_scored --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
 
@@ -402,7 +402,7 @@ rule study_sweep:
             }
         ),
     shell:
-        "python -m rredcot.steps.study_sweep --policy {params.policy} "
+        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_sweep --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--ground-truth {input.ground_truth} --params {params.settings} --threads {threads} "
         "--out {output.table} --figure {output.figure} > {log} 2>&1"

@@ -51,13 +51,18 @@ rule train_policy:
         dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),
         curve=lambda w, input: curve_args(input),
+        runtime=arg(
+            {k: config["training"][k] for k in ("ddp_timeout", "report_to")}
+        ),
         keep_stale=(
             "--keep-stale-checkpoints"
             if config["training"]["keep_stale_checkpoints"]
             else ""
         ),
     shell:
-        "{params.launcher} rredcot.steps.train_policy --model {input.model} "
+        "{GPU_JOB} --gpus {resources.gpu} -- {params.launcher} rredcot.steps.train_policy "
+        "--model {input.model} "
         "--train {input.train} --params {params.settings} --dtype {params.dtype} "
         "--threads {threads} --out {params.run_dir} {params.curve} {params.keep_stale} "
+        "--runtime {params.runtime} "
         "> {log} 2>&1"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rredcot.credit.rredcot_config import JOIN_RULES, STATE_KINDS
+from rredcot.models.chat import THINK_CLOSE_TRIGGER
 
 # --------------------------------------------------------------------------- reference path
 
@@ -163,6 +164,7 @@ def build_continuations(
     join: str = "line",
     with_path_prefix: bool = False,
     with_conditional: bool = False,
+    thinking: bool = False,
 ) -> Continuations:
     """Token ids of answer-now, the J suffixes C*_j = U*_{≥j} ⊕ A ⊕ y* ⊕ close and U* ⊕ A.
 
@@ -174,8 +176,12 @@ def build_continuations(
     log π(C*_0) − log π(U* ⊕ A) scores exactly y* ⊕ close [⊕ EOS] after U* ⊕ A.
     `with_conditional` also builds A and A ⊕ y* ⊕ close (no EOS), A checked to be a token
     prefix, for the conditional answer-now log π(y* ⊕ close | s ⊕ A).
+    `thinking`: the state is inside an open `<think>` block, so A closes it first
+    ("\n</think>" ⊕ A): the answer comes after the thinking block, as the policy writes it.
     """
     trigger, close = task.answer_trigger, task.answer_close
+    if thinking:
+        trigger = THINK_CLOSE_TRIGGER + trigger
     if end_with_eos and tokenizer.eos_token_id is None:
         raise ValueError("tokenizer: has no eos token, but end_with_eos is set")
     answer = trigger + reference.answer + close

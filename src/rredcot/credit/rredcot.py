@@ -79,6 +79,7 @@ from rredcot.credit.rredcot_values import (
     answer_reward,
     value_estimate,
 )
+from rredcot.models.chat import THINK_CLOSE, THINK_OPEN
 
 __all__ = [
     "ANSWER_NOW",
@@ -201,6 +202,28 @@ def state_kinds(
     return kinds
 
 
+def thinking_states(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    boundaries: Sequence[int],
+) -> list[bool]:
+    """Whether each state s_k = x ⊕ τ[:b_k] is inside an open `<think>` block (the last
+    `<think>` token after the last `</think>`); all False for a tokenizer without the two as
+    single tokens (the byte tokenizer, models that do not think)."""
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in (THINK_OPEN, THINK_CLOSE)]
+    if any(not isinstance(i, int) or i == tokenizer.unk_token_id for i in ids):
+        return [False] * len(boundaries)
+    open_id, close_id = ids
+    flags, is_open = [], False  # flags[i]: open after token i of x ⊕ τ
+    for tok in [*prompt_ids, *response_ids]:
+        is_open = True if tok == open_id else False if tok == close_id else is_open
+        flags.append(is_open)
+    return [
+        bool(flags[len(prompt_ids) + b - 1]) if len(prompt_ids) + b else False for b in boundaries
+    ]
+
+
 def _check_encoded_rows(traces: Sequence[Trace], encoded: Any, rows: Sequence[int]) -> None:
     if len(rows) != len(traces):
         raise ValueError(
@@ -295,22 +318,23 @@ def _credit_batch(
     wanted = list(variants.values())
     with_prefix = any(c.value == "ref_answer_after_path" for c in wanted)
     conditional = any(c.answer_now == "conditional" for c in wanted)
-    built: dict[tuple[ReferencePath, str], Continuations] = {}
+    built: dict[tuple[ReferencePath, tuple[str, bool]], Continuations] = {}
     draws: dict[tuple[tuple[int, ...], ReferencePath], tuple[int, ...]] = {}
     rng = random.Random(f"rredcot-suffixes/{seed}")
     decoded: dict[tuple[int, str], bool] = {}  # (token id, end|start) -> has "\n" there
 
-    def continuations(ref: ReferencePath, kind: str) -> Continuations:
-        if (ref, kind) not in built:
+    def continuations(ref: ReferencePath, kind: tuple[str, bool]) -> Continuations:
+        if (ref, kind) not in built:  # kind: (how it joins, inside a thinking block)
             built[ref, kind] = build_continuations(
                 task,
                 ref,
                 tokenizer,
                 end_with_eos=config.end_with_eos,
-                state_kind=kind,
+                state_kind=kind[0],
                 join=config.join,
                 with_path_prefix=with_prefix,
                 with_conditional=conditional,
+                thinking=kind[1],
             )
         return built[ref, kind]
 
@@ -330,9 +354,11 @@ def _credit_batch(
         chosen = draws[group]
         columns.append(chosen)
         if config.join == "line":
-            kinds = state_kinds(tokenizer, trace.prompt_ids, trace.response_ids, b, decoded)
+            joins = state_kinds(tokenizer, trace.prompt_ids, trace.response_ids, b, decoded)
         else:
-            kinds = ["line_end"] * len(b)
+            joins = ["line_end"] * len(b)
+        thinks = thinking_states(tokenizer, trace.prompt_ids, trace.response_ids, b)
+        kinds = list(zip(joins, thinks, strict=True))
         own, lengths = [None] * len(b), [0] * len(b)
         for kind in sorted(set(kinds)):
             conts = continuations(ref, kind)

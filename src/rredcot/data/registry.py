@@ -5,7 +5,7 @@ map onto the normalized schema, and how the reference answer y* is obtained. Row
 from a local mirror (`<mirror>/<name>.jsonl`, already normalized) when one is configured and
 holds the file, otherwise from the Hub; machines without Hub access (this project's CI) rely
 on the mirror. The mirror directory comes from the environment variable `RREDCOT_MIRROR` or,
-when that is unset or empty, the config key `data.mirror`.
+when that is unset or empty, the config key `data.mirror` (default null: no mirror, the Hub).
 
 Revisions: a 40-hex commit where one could be confirmed from public pinned downloads of the
 same dataset (`revision_pinned=True`); otherwise the branch `main` with
@@ -231,16 +231,22 @@ def registry_entry(name: str) -> DatasetSpec:
         ) from None
 
 
+# Values that mean "no mirror" wherever a mirror is named: YAML's null reaches Python as None,
+# but `snakemake --config data='{mirror: null}'` and the environment pass text.
+NO_MIRROR = ("", "~", "null", "none")
+
+
 def mirror_dir(config_value: str | os.PathLike[str] | None) -> Path | None:
     """The mirror directory: `$RREDCOT_MIRROR` if set and non-empty, else `config_value`.
 
     A relative path resolves against the current working directory (where Snakemake runs).
-    None when neither names a directory: then only the Hub is tried.
+    None when neither names a directory: then only the Hub is tried. `null`, `none` and `~`
+    (as text, any case) mean no mirror; in the variable they also override the config key.
     """
     value = os.environ.get(MIRROR_ENV, "").strip()
     if not value and config_value is not None:
         value = str(config_value).strip()
-    if not value:
+    if value.lower() in NO_MIRROR:
         return None
     return Path(value).expanduser().absolute()
 

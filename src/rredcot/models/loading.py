@@ -17,6 +17,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rredcot.models.chat import single_bos
 from rredcot.models.paths import looks_like_path
 
 DTYPES: dict[str, torch.dtype | str] = {
@@ -55,6 +56,7 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
             raise ValueError(f"tokenizer {name!r}: has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # decoder-only generation: prompts end where the output starts
+    single_bos(tokenizer)  # a template that writes the BOS itself gets no second one
     return tokenizer
 
 

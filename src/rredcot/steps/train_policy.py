@@ -23,7 +23,7 @@ from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.curves import CurveSettings
-from rredcot.training.run import TrainingSettings, job_record, train_policy
+from rredcot.training.run import RunOptions, TrainingSettings, job_record, train_policy
 
 INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
 """Path arguments the run record holds by content (`fingerprint`)."""
@@ -33,6 +33,7 @@ NOT_IDENTITY: dict[str, str] = {
     "a node with other cores (it is in the record's machine block)",
     "out": "the run directory itself",
     "keep_stale_checkpoints": "what happens to other runs' directories",
+    "runtime": "how long ranks wait and where the run reports (RunOptions), not what it computes",
 }
 """Arguments left out of the run record, with the reason; every other one is compared."""
 
@@ -53,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--curve-problems", type=Path, help="held-out problems of the learning curve")
     p.add_argument("--curve", type=json.loads, help="CurveSettings as JSON (with --curve-problems)")
+    p.add_argument(
+        "--runtime",
+        type=json.loads,
+        default={},
+        help="RunOptions as JSON (training.ddp_timeout, training.report_to)",
+    )
     p.add_argument(
         "--keep-stale-checkpoints",
         action="store_true",
@@ -90,6 +97,7 @@ def main() -> None:
         fingerprints=inputs,
         arguments=arguments,
         keep_stale_checkpoints=args.keep_stale_checkpoints,
+        options=RunOptions(**args.runtime),
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib.util
 import json
 import logging
 import math
@@ -55,6 +56,7 @@ from rredcot.training.lora import LoraSettings, save_final
 from rredcot.training.methods import METHODS, Method, ResetConfig, build_method
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 from rredcot.training_rules import process_layout, settings_error
+from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,19 @@ class TrainingSettings:
     """server: host of the vLLM server."""
     vllm_server_port: int = 8000
     """server: port of the vLLM server."""
+    updates_per_generation: int = 1
+    """Optimizer steps one generation's batch is split into (TRL's steps_per_generation /
+    gradient_accumulation_steps); max_steps counts optimizer steps."""
+    num_iterations: int = 1
+    """Passes over each generation's batch (TRL's num_iterations)."""
+    mask_truncated_completions: bool = False
+    """A response cut at max_completion_length gets no loss (TRL's)."""
+    max_prompt_tokens: int = 1024
+    """Longest prompt the vLLM context is sized for (`vllm_max_model_length` None)."""
+    vllm_max_model_length: int | None = None
+    """vLLM context (TRL's `vllm_max_model_length`); None: derived from the lengths
+    (`rredcot.vllm_memory.training_length`), so vLLM never sizes its cache for the model's whole
+    context."""
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     """Segmentation of responses (METHOD.md §2); rredcot and mc."""
     credit: CreditConfig = field(default_factory=CreditConfig)
@@ -227,13 +242,18 @@ class TrainingSettings:
             )
         for name in ("gradient_accumulation_steps", "vllm_tensor_parallel_size"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for name in ("updates_per_generation", "num_iterations"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        for name in ("max_prompt_tokens", "vllm_max_model_length"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         if self.per_device_batch_size is not None:
             object.__setattr__(
                 self,
                 "per_device_batch_size",
                 _positive_int("per_device_batch_size", self.per_device_batch_size),
             )
-        for name in ("bf16", "gradient_checkpointing", "use_vllm"):
+        for name in ("bf16", "gradient_checkpointing", "use_vllm", "mask_truncated_completions"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"training.{name}: expected true or false, got {getattr(self, name)!r}"
@@ -341,15 +361,64 @@ def check_collectives(settings: TrainingSettings, num_processes: int) -> None:
         )
 
 
+TRACKERS: tuple[str, ...] = ("wandb", "trackio", "tensorboard")
+"""TRL's report_to names this workflow offers; each is also the module it needs installed."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is launched and watched, not what it computes (config keys
+    `training.ddp_timeout` and `training.report_to`): left out of the run record, so a run
+    resumes whatever they are."""
+
+    ddp_timeout: int = 1800
+    """Seconds a rank waits at a collective (TRL's `ddp_timeout`)."""
+    report_to: tuple[str, ...] = ()
+    """Experiment trackers (`TRACKERS`); empty: none."""
+
+    def __post_init__(self) -> None:
+        _positive_int("ddp_timeout", self.ddp_timeout)
+        object.__setattr__(self, "report_to", tuple(self.report_to))
+        unknown = [t for t in self.report_to if t not in TRACKERS]
+        if unknown:
+            raise ValueError(
+                f"training.report_to: {unknown} are not trackers; choose from {list(TRACKERS)}"
+            )
+        missing = [t for t in self.report_to if importlib.util.find_spec(t) is None]
+        if missing:
+            raise ValueError(
+                f"training.report_to: {missing} not installed here (pip install {' '.join(missing)}"
+                ") or leave them out"
+            )
+
+    def trainer_args(self, run_name: str) -> dict[str, Any]:
+        """The TrainingArguments these options set."""
+        return {
+            "ddp_timeout": self.ddp_timeout,
+            "report_to": list(self.report_to) or "none",
+            "run_name": run_name,
+        }
+
+
+def run_name(settings: TrainingSettings) -> str:
+    """The name trackers show: method and seed."""
+    return f"{settings.method}-seed{settings.seed}"
+
+
 def grpo_config(
-    settings: TrainingSettings, output_dir: str | Path, num_processes: int | None = None
+    settings: TrainingSettings,
+    output_dir: str | Path,
+    num_processes: int | None = None,
+    options: RunOptions | None = None,
 ) -> GRPOConfig:
-    """TRL's config: one gradient step per generation, no reporting; CPU and HF generate by
+    """TRL's config: a generation's batch split into `updates_per_generation` optimizer steps
+    (one by default), reporting as `options` say (none by default); CPU and HF generate by
     default, GPUs (`device` auto, under `accelerate launch` for several), bf16, activation
     checkpointing and vLLM rollouts as the settings say.
 
     `num_processes` defaults to this launch's (`launched_processes`); TRL's own count must agree.
     """
+    options = RunOptions() if options is None else options
     if num_processes is None:
         num_processes = launched_processes(settings.device)
     per_device, accumulation = batch_layout(settings, num_processes)
@@ -360,6 +429,9 @@ def grpo_config(
         max_steps=settings.max_steps,
         per_device_train_batch_size=per_device,
         gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation * settings.updates_per_generation,
+        num_iterations=settings.num_iterations,
+        mask_truncated_completions=settings.mask_truncated_completions,
         num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
         temperature=settings.temperature,
@@ -379,7 +451,7 @@ def grpo_config(
         save_strategy="steps",
         save_steps=settings.save_steps,
         save_total_limit=settings.save_total_limit,
-        report_to="none",
+        **options.trainer_args(run_name(settings)),
         use_cpu=settings.device == "cpu",
         bf16=settings.bf16,
         fp16=False,
@@ -391,6 +463,7 @@ def grpo_config(
         vllm_tensor_parallel_size=settings.vllm_tensor_parallel_size,
         vllm_server_host=settings.vllm_server_host,
         vllm_server_port=settings.vllm_server_port,
+        vllm_max_model_length=training_length(asdict(settings)) if settings.use_vllm else None,
         # RRPO/SRPO train on-policy without a ratio (their rollout returns no logprobs); the other
         # methods keep TRL's correction for the vLLM/training logprob mismatch.
         vllm_importance_sampling_correction=not (resets and settings.use_vllm),
@@ -588,8 +661,10 @@ def build_trainer(
     out: str | Path,
     method: Method | None = None,
     callbacks: Sequence[TrainerCallback] = (),
+    options: RunOptions | None = None,
 ) -> CreditGRPOTrainer:
-    """The trainer for `settings` (method built from them unless given)."""
+    """The trainer for `settings` (method built from them unless given), launched and
+    reporting as `options` say."""
     task = get_task(settings.task)
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
@@ -598,7 +673,7 @@ def build_trainer(
     trainer = CreditGRPOTrainer(
         model=model,
         reward_funcs=[correctness_reward(task)],
-        args=grpo_config(settings, out),  # checks the batch layout against this launch
+        args=grpo_config(settings, out, options=options),  # checks the layout against this launch
         train_dataset=train,
         processing_class=tokenizer,
         callbacks=list(callbacks),
@@ -784,6 +859,29 @@ def _is_zero3(trainer: CreditGRPOTrainer) -> bool:
     return DistributedBackend(trainer.accelerator).is_zero3
 
 
+def check_vllm_memory(model: PreTrainedModel, settings: TrainingSettings) -> None:
+    """Refuse, before the engine starts, a colocated vLLM context whose one sequence does not
+    fit the share of this GPU (the Snakefile checked the config's `devices.memory_gb`; this is
+    the device's own memory and the loaded model's shape)."""
+    import torch
+
+    if not (settings.use_vllm and settings.vllm_mode == "colocate" and torch.cuda.is_available()):
+        return
+    memory_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 1e9
+    dims = dims_from_config(model.config.to_dict(), "loaded model's config")
+    error = kv_cache_error(
+        dims,
+        training_length(asdict(settings)),
+        settings.vllm_gpu_memory_utilization,
+        memory_gb,
+        "bfloat16" if settings.bf16 else str(model.dtype).removeprefix("torch."),
+        ("training.vllm_max_model_length", "training.vllm_gpu_memory_utilization"),
+        "this device's memory",
+    )
+    if error is not None:
+        raise ValueError(error)
+
+
 def train_policy(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -795,8 +893,10 @@ def train_policy(
     fingerprints: Mapping[str, str | None] | None = None,
     arguments: Mapping[str, Any] | None = None,
     keep_stale_checkpoints: bool = False,
+    options: RunOptions | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
+    `options` (ddp timeout, trackers) are not part of the run record.
 
     `curve` (held-out problems, settings): evaluate the policy on them during the run into
     `out/curve.csv` (`rredcot.training.curves`). `fingerprints` name the inputs (base model,
@@ -811,6 +911,7 @@ def train_policy(
     main one alone removes, appends and writes files.
     """
     out = Path(out)
+    check_vllm_memory(model, settings)
     task = get_task(settings.task)
     train, without_reference = training_rows(table, task, tokenizer, settings)
     from accelerate import PartialState
@@ -821,7 +922,9 @@ def train_policy(
     )
     claim_run_dir(out, record, main=main, keep_stale_checkpoints=keep_stale_checkpoints)
     PartialState().wait_for_everyone()
-    trainer = build_trainer(model, tokenizer, train, settings, out, callbacks=callbacks)
+    trainer = build_trainer(
+        model, tokenizer, train, settings, out, callbacks=callbacks, options=options
+    )
     accelerator = trainer.accelerator
     checkpoint = resume_point(out, remove_incomplete=main)
     accelerator.wait_for_everyone()

@@ -264,20 +264,30 @@ def policy_path(wildcards) -> str:
     return policy_input(wildcards)["model"]
 
 
-def eval_settings(benchmark: str) -> dict:
-    """Evaluation settings of one benchmark: the defaults with its per-benchmark overrides."""
+def uses_vllm_block(generates: bool) -> bool:
+    """Does a rule read `evaluation.vllm`? Only one that generates, under backend vllm: the
+    block stays out of every other rule's params, so editing it reruns nothing else."""
+    return generates and config["evaluation"]["backend"] == "vllm"
+
+
+def eval_settings(benchmark: str, generates: bool = True) -> dict:
+    """Evaluation settings of one benchmark: the defaults with its per-benchmark overrides
+    (`evaluation.vllm` only for a rule that generates with vLLM)."""
     ev = {k: v for k, v in config["evaluation"].items() if k != "per_benchmark"}
     ev.update(config["evaluation"]["per_benchmark"].get(benchmark, {}))
     ev["dtype"] = ev.get("dtype") or config["model"]["dtype"]
+    if not uses_vllm_block(generates):
+        del ev["vllm"]
     return ev
 
 
 def generation_backend() -> dict:
-    """The settings a generating step needs to build its backend (`evaluation` block)."""
+    """The settings a generating step needs to build its backend (`evaluation` block; its
+    `vllm` block under backend vllm only)."""
     ev = config["evaluation"]
     return {
         "backend": ev["backend"],
-        "vllm": ev["vllm"],
+        **({"vllm": ev["vllm"]} if uses_vllm_block(True) else {}),
         "device": ev["device"],
         "dtype": ev["dtype"] or config["model"]["dtype"],
     }

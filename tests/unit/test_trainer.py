@@ -592,21 +592,35 @@ def test_the_lock_is_refused_within_one_process_too(tmp_path):
 
 
 # The step script with a callback that reports each checkpoint's step on a pipe as soon as it is
-# saved and, the first time, waits there for a signal: the test acts on that event, never on a
-# deadline (issue 34).
+# saved and, the first time, waits there for the test's signal: the test acts on that event,
+# never on a deadline (issue 34). The relay, put in front of the trainer's SIGTERM handler
+# before the event is sent, lets a SIGTERM that comes before the wait begins end it too.
 NOTIFY_ON_SAVE = """
-import os, signal, sys
+import os, signal, sys, threading
 from transformers import TrainerCallback
 from rredcot.steps import train_policy as step
+
+EVENTS = int(sys.argv[1])  # the pipe's write end
+
 
 class Notify(TrainerCallback):
     waited = False
 
     def on_save(self, args, state, control, **kwargs):
-        os.write(int(sys.argv[1]), f"{state.global_step}\\n".encode())
-        if not self.waited:
-            self.waited = True
-            signal.pause()  # until the test's SIGTERM (our handler returns) or SIGKILL
+        first, self.waited = not self.waited, True
+        if first:
+            came, trainers = threading.Event(), signal.getsignal(signal.SIGTERM)
+
+            def relay(signum, frame):
+                came.set()
+                trainers(signum, frame)
+
+            signal.signal(signal.SIGTERM, relay)
+        os.write(EVENTS, f"{state.global_step}\\n".encode())
+        if first:
+            came.wait()  # until SIGTERM (passed on to the trainer's handler) or SIGKILL
+            signal.signal(signal.SIGTERM, trainers)
+
 
 train = step.train_policy
 step.train_policy = lambda *a, **k: train(*a, callbacks=[Notify()], **k)

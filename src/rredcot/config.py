@@ -247,11 +247,15 @@ def _keyed(message: str) -> str:
 def _joint_errors(config: Mapping[str, Any]) -> list[str]:
     """Rules that tie values together, checked by the code the jobs run (their one home):
     the world generator's settings and every split's depths (`WorldConfig`), both segmentations
-    (`SegmentationConfig`), the accuracy band's order, and what SFT needs of the train split."""
+    (`SegmentationConfig`), the accuracy band's order, what SFT needs of the train split, and
+    settings a component would ignore (a warm-up ratio under a constant schedule, `evaluation.vllm`
+    keys that are no vLLM engine arguments)."""
     from rredcot.data.synthetic import SplitSpec, check_depths, world_config
+    from rredcot.generation import vllm_block_error
     from rredcot.models.arch import arch_fields
     from rredcot.models.sft_settings import sft_block
     from rredcot.segmentation import study_segmentation
+    from rredcot.training_rules import warmup_error
 
     messages = []
     world = config["world"]
@@ -288,6 +292,14 @@ def _joint_errors(config: Mapping[str, Any]) -> list[str]:
             messages.append(f"config key '{key}': {err}")
     band = accuracy_band_error(config["studies"]["accuracy_band"])
     messages += [_keyed(band)] if band else []
+    # Settings a component would ignore (issue 32): the run-level overrides are checked with the
+    # runs (workflow/rules/common.smk, check_training_runs), the shared block here.
+    training = config["training"]
+    for error in (
+        warmup_error(training["lr_scheduler"], training["warmup_ratio"]),
+        vllm_block_error(config["evaluation"]["vllm"]),
+    ):
+        messages += [_keyed(error)] if error else []
     if config["model"]["name_or_path"] is None:  # the tiny model is built and SFT-ed here
         for check in (
             lambda: arch_fields(config["model"]["arch"]),

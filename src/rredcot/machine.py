@@ -7,7 +7,6 @@ is the one-line form the tables carry; runs from more than one machine show ever
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
@@ -89,9 +88,11 @@ def machines_of(summaries: list[dict[str, Any]]) -> str:
 def machines_by_run_name(summaries: list[Path]) -> dict[str, str]:
     """Run name (a method or variant: the directory `train/<name>/seed<s>/` holding each
     train_summary.json) -> the `machines_of` label of its seeds' runs."""
+    from rredcot.data.schema import read_json  # names the file on a parse error
+
     grouped: dict[str, list[dict[str, Any]]] = {}
     for path in summaries:
-        grouped.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text()))
+        grouped.setdefault(path.parent.parent.name, []).append(read_json(path))
     return {name: machines_of(runs) for name, runs in grouped.items()}
 
 

@@ -23,6 +23,21 @@ def optimizer_batch(values: Mapping[str, Any]) -> int:
     return total // values.get("updates_per_generation", 1)
 
 
+WARMUP_IGNORED: tuple[str, ...] = ("constant",)
+"""LR schedulers without a warm-up phase: TRL's `constant` ignores `warmup_steps`."""
+
+
+def warmup_error(scheduler: str, warmup_ratio: float) -> str | None:
+    """A warm-up ratio the scheduler would ignore (a setting that does nothing), or None."""
+    if scheduler in WARMUP_IGNORED and warmup_ratio > 0:
+        return (
+            f"training.warmup_ratio: {warmup_ratio} asks for a warm-up, but training.lr_scheduler "
+            f"{scheduler!r} has none (it ignores the ratio); set warmup_ratio to 0, or "
+            "lr_scheduler to constant_with_warmup, linear or cosine"
+        )
+    return None
+
+
 def settings_error(values: Mapping[str, Any]) -> str | None:
     """What is wrong with a run's settings taken together (`TrainingSettings` fields), or None."""
     method, n = values["method"], values["num_generations"]
@@ -50,6 +65,9 @@ def settings_error(values: Mapping[str, Any]) -> str | None:
             f"training.{key}: method {method!r} trains with the on-policy loss (one pass, one "
             f"update per generation, every token counted); got {off_policy}"
         )
+    warmup = warmup_error(values["lr_scheduler"], values["warmup_ratio"])
+    if warmup is not None:
+        return warmup
     if values["use_vllm"] and values["device"] == "cpu":
         return (
             "training.use_vllm: vLLM samples on GPUs; set training.device to 'auto' (and "
@@ -143,6 +161,8 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
     # how long ranks wait and where the run reports (the step's --runtime, not in the record)
     "ddp_timeout",
     "report_to",
+    # when checkpoints are written (the step's own argument): not what the run computes
+    "save_minutes",
 )
 """Keys of config `training` that are not a run's settings (`run_settings` drops them)."""
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")

@@ -186,7 +186,9 @@ def test_dry_run_requests_what_the_config_says(
     assert "train_policy" in gpu_rules  # a paper-scale config trains on GPUs
     for job in runs:  # each GPU job takes devices of its own (rredcot.devices)
         gpus = int(job.resources.get("gpu", 0))
-        assert not gpus or job.shell.startswith(f"python -m rredcot.devices --gpus {gpus} -- ")
+        wrapper = f"python -m rredcot.devices --gpus {gpus} -- "
+        # train_policy exec's it, so a scheduler's SIGTERM reaches the trainer
+        assert not gpus or job.shell.removeprefix("exec ").startswith(wrapper)
     assert not cluster_calls(calls)
     if config.name.startswith("paper_"):
         check_official_baselines(runs)

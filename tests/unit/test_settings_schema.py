@@ -62,8 +62,12 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, default=list))
 
 
-REQUIRED: dict[type, dict[str, Any]] = {LoraSettings: {"r": 8, "alpha": 16.0}}
-"""Values for a class's fields without a default, so that one field at a time can be tried."""
+REQUIRED: dict[type, dict[str, Any]] = {
+    LoraSettings: {"r": 8, "alpha": 16.0},
+    TrainingSettings: {"lr_scheduler": "linear"},  # a warm-up needs a schedule that has one
+}
+"""Values for a class's fields without a default (or that a cross-field rule needs), so that
+one field at a time can be tried."""
 
 
 def _builds(cls: type, name: str, value: Any) -> bool:

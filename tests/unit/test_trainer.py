@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback, set_seed
 from trl import GRPOTrainer
+from trl.trainer.grpo_trainer import RepeatSampler
 
 from rredcot.credit.advantages import outcome_advantages, per_group_advantages
 from rredcot.data.schema import write_parquet
@@ -44,14 +46,20 @@ from rredcot.training.methods import Method, MethodOutput, RolloutBatch
 from rredcot.training.methods.grpo import GRPOMethod
 from rredcot.training.methods.rredcot import RREDCoTMethod
 from rredcot.training.run import (
+    RETRY_EXIT_CODE,
     RUN_RECORD,
+    CheckpointGuard,
+    RunDirectoryLocked,
+    TrainingInterrupted,
     claim_run_dir,
-    complete_checkpoints,
     fingerprint,
     job_record,
+    lock_path,
+    run_dir_lock,
     run_record,
     unreadable_checkpoint,
 )
+from rredcot.training.trainer import EpochRepeatSampler
 
 ARCH = {
     "hidden_size": 32,
@@ -303,7 +311,7 @@ def test_resume_point_skips_and_removes_incomplete_checkpoints(tmp_path):
         d = tmp_path / f"checkpoint-{step}"
         d.mkdir()
         if complete:
-            (d / "trainer_state.json").write_text("{}")
+            (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     assert resume_point(tmp_path) == tmp_path / "checkpoint-4"
     assert not (tmp_path / "checkpoint-6").exists()
     assert resume_point(tmp_path / "absent") is None
@@ -422,41 +430,248 @@ def test_a_nan_loss_stops_and_keeps_the_last_good_checkpoint(base, tmp_path, mon
     assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2]
 
 
+# --- runs that survive a cluster (issue 32) -------------------------------------------------------
+
+# 4 problems, 2 per step: 2 steps per epoch, so a run of 6 steps spans 3 epochs and a resume
+# at step 2 or 3 lands in epoch 1, where TRL's sampler replayed epoch 0's order.
+EXACT = {"max_problems": 4, "max_steps": 6}
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_model(out / "final").state_dict()
+
+
+def assert_same_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    differ = [k for k in want if not torch.equal(got[k], want[k])]
+    assert not differ, f"{len(differ)} tensors differ from the uninterrupted run, e.g. {differ[:3]}"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(base, tmp_path_factory):
+    """The final weights of the 6-step GRPO run, in one go."""
+    path, table = base
+    out = tmp_path_factory.mktemp("uninterrupted")
+    settings_ = run_settings("grpo", save_steps=2, **EXACT)
+    train_policy(load_model(path), load_tokenizer(path), table, settings_, out)
+    return final_weights(out)
+
+
+def test_the_sampler_order_is_a_function_of_the_epoch():
+    """TRL's RepeatSampler draws each epoch's order from one generator seeded once, so a run
+    resumed in epoch e (a new sampler) replays epoch 0's order; `EpochRepeatSampler` gives
+    epoch e the order TRL's gives it in an uninterrupted run, whatever was iterated before."""
+    trl_sampler = RepeatSampler(list(range(6)), mini_repeat_count=2, batch_size=2, seed=3)
+    epochs = [list(trl_sampler) for _ in range(3)]  # one process, epoch after epoch
+    assert epochs[1] != epochs[0] and epochs[2] != epochs[1]  # the orders tell epochs apart
+    assert list(RepeatSampler(list(range(6)), 2, batch_size=2, seed=3)) == epochs[0]  # the bug
+    ours = EpochRepeatSampler.like(RepeatSampler(list(range(6)), 2, batch_size=2, seed=3))
+    for epoch in (2, 0, 1, 1):  # as a resume asks: any epoch first, any number of times
+        ours.set_epoch(epoch)
+        assert list(ours) == epochs[epoch]
+
+
+class SignalDuring(TrainerCallback):
+    """Sends this process `signum` while optimizer step `step` is under way."""
+
+    def __init__(self, step: int, signum: int = signal.SIGTERM) -> None:
+        self.step, self.signum = step, signum
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step - 1:
+            os.kill(os.getpid(), self.signum)
+
+
 @pytest.mark.slow
-def test_the_step_script_resumes_after_a_kill(base, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1], ids=["TERM", "USR1"])
+def test_a_signal_saves_the_current_step_and_the_resume_is_exact(
+    base, uninterrupted, tmp_path, caplog, signum
+):
+    """SIGTERM (SLURM's time limit) or SIGUSR1 during step 3 (epoch 1): the step is finished and
+    saved as checkpoint-3, not one step more; the rerun resumes there and ends with the weights
+    of the uninterrupted run, bit for bit."""
+    path, table = base
+    settings_ = run_settings("grpo", save_steps=100, **EXACT)  # no step checkpoint before 6
+    handler = signal.getsignal(signum)
+    with caplog.at_level("WARNING"), pytest.raises(TrainingInterrupted) as stop:
+        train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path,
+                     [SignalDuring(3, signum)])  # fmt: skip
+    name = signal.Signals(signum).name
+    assert stop.value.step == 3 and stop.value.signal_name == name
+    assert f"{name} received: step 3 done" in caplog.text
+    assert resume_point(tmp_path) == tmp_path / "checkpoint-3" == stop.value.checkpoint
+    assert not (tmp_path / "final").exists()
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2, 3]
+    assert signal.getsignal(signum) == handler  # ours was in place during training only
+    summary = train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert summary["resumed_from_step"] == 3 and summary["steps"] == 6
+    assert [int(r["step"]) for r in metrics_rows(tmp_path)] == [1, 2, 3, 4, 5, 6]
+    assert_same_weights(final_weights(tmp_path), uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_kill_after_the_first_epoch_resumes_to_the_uninterrupted_weights(
+    base, uninterrupted, tmp_path
+):
+    """Killed during step 3, the run resumes from checkpoint-2 (the end of epoch 0) and sees
+    epoch 1's order, not epoch 0's again: the final weights are the uninterrupted run's."""
+    path, table = base
+    settings_ = run_settings("grpo", save_steps=2, **EXACT)
+    with pytest.raises(KeyboardInterrupt):
+        train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path,
+                     [StopAt(3)])  # fmt: skip
+    assert resume_point(tmp_path) == tmp_path / "checkpoint-2"
+    summary = train_policy(load_model(path), load_tokenizer(path), table, settings_, tmp_path)
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
+    assert_same_weights(final_weights(tmp_path), uninterrupted)
+
+
+def test_checkpoint_guard_saves_by_wall_time_and_refuses_a_bad_interval():
+    """save_minutes: a checkpoint at the first step end 30 minutes after the last save, none
+    before; a save starts the interval again."""
+    from transformers import TrainerControl, TrainerState
+
+    guard = CheckpointGuard(save_minutes=30)
+    state = TrainerState(global_step=7)
+
+    def saves_after(minutes: float) -> bool:
+        guard._last_save = time.monotonic() - 60 * minutes  # the last save, that long ago
+        control = guard.on_step_end(None, state, TrainerControl())
+        assert not control.should_training_stop
+        return control.should_save
+
+    assert not saves_after(29) and saves_after(31)
+    guard.on_save(None, state, TrainerControl())
+    assert not guard.on_step_end(None, state, TrainerControl()).should_save
+    assert not CheckpointGuard(None).on_step_end(None, state, TrainerControl()).should_save
+    for bad in (0, -5, float("nan")):
+        with pytest.raises(ValueError, match="training.save_minutes"):
+            CheckpointGuard(bad)
+
+
+HOLD_LOCK = """
+import sys
+from rredcot.training.run import run_dir_lock
+with run_dir_lock(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_trainer_on_a_held_run_directory_is_refused(tmp_path):
+    """The lock of an orphaned job that still runs: a second train_policy on its directory stops
+    at once, naming the holder's host and pid, before touching the directory; the kernel frees
+    the lock when the holder dies (here by SIGKILL), and the next trainer takes it."""
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"  # blocks until the holder has the lock
+        with pytest.raises(RunDirectoryLocked) as refused:
+            train_policy(None, None, None, TrainingSettings(), out)  # refused before any use
+        assert f"host {socket.gethostname()} pid {holder.pid}" in str(refused.value)
+        assert str(out) in str(refused.value) and not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_dir_lock(out) as fh:
+        fh.seek(0)
+        assert fh.read() == f"host {socket.gethostname()} pid {os.getpid()}\n"
+    assert lock_path(out) == tmp_path / "run.lock"
+
+
+def test_the_lock_is_refused_within_one_process_too(tmp_path):
+    refused = pytest.raises(RunDirectoryLocked, match=f"pid {os.getpid()}")
+    with run_dir_lock(tmp_path / "run"), refused, run_dir_lock(tmp_path / "run"):
+        pass
+    with run_dir_lock(tmp_path / "run"):  # released on leaving the block
+        pass
+
+
+# The step script with a callback that reports each checkpoint's step on a pipe as soon as it is
+# saved and, the first time, waits there for the test's signal: the test acts on that event,
+# never on a deadline (issue 34). The relay, put in front of the trainer's SIGTERM handler
+# before the event is sent, lets a SIGTERM that comes before the wait begins end it too.
+NOTIFY_ON_SAVE = """
+import os, signal, sys, threading
+from transformers import TrainerCallback
+from rredcot.steps import train_policy as step
+
+EVENTS = int(sys.argv[1])  # the pipe's write end
+
+
+class Notify(TrainerCallback):
+    waited = False
+
+    def on_save(self, args, state, control, **kwargs):
+        first, self.waited = not self.waited, True
+        if first:
+            came, trainers = threading.Event(), signal.getsignal(signal.SIGTERM)
+
+            def relay(signum, frame):
+                came.set()
+                trainers(signum, frame)
+
+            signal.signal(signal.SIGTERM, relay)
+        os.write(EVENTS, f"{state.global_step}\\n".encode())
+        if first:
+            came.wait()  # until SIGTERM (passed on to the trainer's handler) or SIGKILL
+            signal.signal(signal.SIGTERM, trainers)
+
+
+train = step.train_policy
+step.train_policy = lambda *a, **k: train(*a, callbacks=[Notify()], **k)
+sys.argv = ["train_policy", *sys.argv[2:]]
+step.main()
+"""
+
+
+@pytest.mark.slow
+def test_the_step_script_exits_retryably_on_sigterm_and_resumes_after_a_kill(
+    base, uninterrupted, tmp_path
+):
+    """The job as Snakemake runs it. SIGTERM right after the first checkpoint (step 2): the
+    step under way (3) is finished and saved, exit status 75. Rerun, SIGKILL right after its
+    first checkpoint (step 4): nothing else is saved. Rerun to the end: it resumes at 4, every
+    step is in metrics.csv once, and the weights are the uninterrupted run's."""
     path, _ = base
     out = tmp_path / "run"
-    params = run_settings("grpo", max_steps=30, save_steps=2).to_dict()
-    cmd = [
-        sys.executable,
-        "-m",
-        "rredcot.steps.train_policy",
-        "--model",
-        str(path),
-        "--train",
-        str(path / "train.parquet"),
-        "--out",
-        str(out),
-        "--params",
-        json.dumps(params),
-    ]
+    params = run_settings("grpo", save_steps=2, **EXACT).to_dict()
+    args = ["--model", str(path), "--train", str(path / "train.parquet"), "--out", str(out),
+            "--params", json.dumps(params)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not complete_checkpoints(out) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if proc.poll() is None:  # else it ended first: the assertion below says so
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (out / "final").exists(), "the run finished before it could be killed"
-    first = resume_point(out)
-    assert first is not None
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+    def run_until_first_save(signum: int) -> tuple[int, int, str]:
+        read, write = os.pipe()
+        cmd = [sys.executable, "-c", NOTIFY_ON_SAVE, str(write), *args]
+        proc = subprocess.Popen(cmd, env=env, pass_fds=(write,), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        os.close(write)
+        with os.fdopen(read) as events:
+            first = events.readline()  # blocks until the first checkpoint is saved
+            assert first, f"no checkpoint was saved: {proc.communicate()[1][-2000:]}"
+            proc.send_signal(signum)
+            _, stderr = proc.communicate()
+        return int(first), proc.returncode, stderr
+
+    first, status, stderr = run_until_first_save(signal.SIGTERM)
+    assert first == 2 and status == RETRY_EXIT_CODE, stderr[-2000:]
+    assert "SIGTERM received: step 3 done" in stderr
+    assert resume_point(out) == out / "checkpoint-3" and not (out / "final").exists()
+    first, status, _ = run_until_first_save(signal.SIGKILL)
+    assert first == 4 and status == -signal.SIGKILL
+    assert resume_point(out) == out / "checkpoint-4"
+    done = subprocess.run([sys.executable, "-m", "rredcot.steps.train_policy", *args], env=env,
+                          capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "train_summary.json").read_text())
-    assert summary["resumed_from_step"] >= int(first.name.split("-")[1])
-    assert summary["steps"] == 30
-    assert [int(r["step"]) for r in metrics_rows(out)] == list(range(1, 31))
+    assert summary["resumed_from_step"] == 4 and summary["steps"] == 6
+    assert [int(r["step"]) for r in metrics_rows(out)] == [1, 2, 3, 4, 5, 6]
+    assert_same_weights(final_weights(out), uninterrupted)
 
 
 @pytest.mark.slow
@@ -631,13 +846,17 @@ def save_checkpoint(path: Path) -> None:
     path.mkdir(parents=True)
     save_file({"w": torch.arange(64, dtype=torch.float32)}, path / "model.safetensors")
     torch.save({"step": 1}, path / "optimizer.pt")
-    (path / "trainer_state.json").write_text("{}")
+    step = int(path.name.split("-")[1])
+    log_history = [{"loss": 0.5, "step": s} for s in range(1, step + 1)]
+    state = {"global_step": step, "log_history": log_history}
+    (path / "trainer_state.json").write_text(json.dumps(state, indent=2))
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt"])
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "trainer_state.json"])
 def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, name):
-    """Issue 21: a newest checkpoint whose file was cut short (trainer_state.json written) is
-    skipped with a warning naming the file, and removed; the one before is resumed."""
+    """Issues 21, 32: a newest checkpoint with a file cut short (the weights, the optimizer
+    state, or trainer_state.json itself, as a full disk leaves it) is skipped with a warning
+    naming the file, and removed; the one before is resumed."""
     for step in (2, 4):
         save_checkpoint(tmp_path / f"checkpoint-{step}")
     broken = tmp_path / "checkpoint-4" / name
@@ -671,6 +890,17 @@ def test_intact_checkpoints_are_readable(tmp_path):
     assert unreadable_checkpoint(tmp_path / "checkpoint-2") is None
     (tmp_path / "checkpoint-2" / "model.safetensors").write_bytes(b"\xff" * 8)
     assert "shorter than its header" in unreadable_checkpoint(tmp_path / "checkpoint-2")
+
+
+def test_a_trainer_state_of_another_step_is_unreadable(tmp_path):
+    """A trainer_state.json that parses but is not this checkpoint's (copied, or left by an
+    older save) does not make the checkpoint complete."""
+    save_checkpoint(tmp_path / "checkpoint-4")
+    state = tmp_path / "checkpoint-4" / "trainer_state.json"
+    state.write_text(json.dumps({"global_step": 2}))
+    assert "global_step 2, not the checkpoint's checkpoint-4" in unreadable_checkpoint(state.parent)
+    state.write_text("[]")
+    assert "global_step None" in unreadable_checkpoint(state.parent)
 
 
 def test_fingerprint_sees_content_and_names(tmp_path):

@@ -104,7 +104,9 @@ def res(rule: str, key: str):
 # resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES; under SLURM, or with gpu 0,
 # the command runs unchanged.
 GPU_JOB = "python -m rredcot.devices" + (
-    f" --count {config['devices']['count']}" if config["devices"]["count"] is not None else ""
+    f" --count {config['devices']['count']}"
+    if config["devices"]["count"] is not None
+    else ""
 )
 
 
@@ -269,26 +271,37 @@ def policy_path(wildcards) -> str:
     return policy_input(wildcards)["model"]
 
 
-def eval_settings(benchmark: str) -> dict:
-    """Evaluation settings of one benchmark: the defaults with its per-benchmark overrides."""
+def uses_vllm_block(generates: bool) -> bool:
+    """Does a rule read `evaluation.vllm`? Only one that generates, under backend vllm: the
+    block stays out of every other rule's params, so editing it reruns nothing else."""
+    return generates and config["evaluation"]["backend"] == "vllm"
+
+
+def eval_settings(benchmark: str, generates: bool = True) -> dict:
+    """Evaluation settings of one benchmark: the defaults with its per-benchmark overrides
+    (`evaluation.vllm` only for a rule that generates with vLLM)."""
     # max_prompt_tokens only sizes the vLLM context (generation_backend), at load time
     skip = ("per_benchmark", "max_prompt_tokens")
     ev = {k: v for k, v in config["evaluation"].items() if k not in skip}
     ev.update(config["evaluation"]["per_benchmark"].get(benchmark, {}))
     ev["dtype"] = ev.get("dtype") or config["model"]["dtype"]
-    ev["vllm"] = generation_backend()["vllm"]
+    if uses_vllm_block(generates):
+        ev["vllm"] = generation_backend()["vllm"]
+    else:
+        ev.pop("vllm", None)
     return ev
 
 
 def generation_backend() -> dict:
-    """The settings a generating step needs to build its backend (`evaluation` block)."""
+    """The settings a generating step needs to build its backend (`evaluation` block; its
+    `vllm` block under backend vllm only, max_model_len from the config's lengths when null:
+    rredcot.vllm_memory)."""
     from rredcot.vllm_memory import generation_engine
 
     ev = config["evaluation"]
     return {
         "backend": ev["backend"],
-        # vLLM: max_model_len from the config's lengths when null (rredcot.vllm_memory)
-        "vllm": generation_engine(config),
+        **({"vllm": generation_engine(config)} if uses_vllm_block(True) else {}),
         "device": ev["device"],
         "dtype": ev["dtype"] or config["model"]["dtype"],
     }
@@ -357,7 +370,10 @@ def check_training_runs() -> None:
 
     # One full-length vLLM sequence must fit its memory share (the model's shape from
     # results/models/base/config.json once fetched, else rredcot.vllm_memory.KNOWN_MODELS).
-    runs = {n: training_settings(n, config["training"]["seeds"][0]) for n in TRAINING_METHODS}
+    runs = {
+        n: training_settings(n, config["training"]["seeds"][0])
+        for n in TRAINING_METHODS
+    }
     memory = config_errors(config, runs, BASE_MODEL)
     if memory:
         raise ConfigError("\n  - ".join(["vLLM memory:", *memory]))

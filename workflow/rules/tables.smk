@@ -31,7 +31,7 @@ rule benchmark_table:
                 "model": config["model"]["name_or_path"]
                 or "tiny-qwen3 (results/models/base)",
                 "seed": config["seed"],
-                **eval_settings(w.benchmark),
+                **eval_settings(w.benchmark, generates=False),
             }
         ),
     shell:

@@ -45,24 +45,31 @@ rule train_policy:
         mem_mb=res("train_policy", "mem_mb"),
         runtime=res("train_policy", "runtime"),
         gpu=res("train_policy", "gpu"),
+        # wall-time checkpoints (a resource, so a profile sets it: the SLURM one does); 0: none
+        save_minutes=config["training"]["save_minutes"] or 0,
     params:
         launcher=lambda w: training_launcher(w.method, int(w.seed)),
         settings=lambda w: arg(training_settings(w.method, int(w.seed))),
         dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),
         curve=lambda w, input: curve_args(input),
-        runtime=arg(
-            {k: config["training"][k] for k in ("ddp_timeout", "report_to")}
-        ),
+        runtime=arg({k: config["training"][k] for k in ("ddp_timeout", "report_to")}),
         keep_stale=(
             "--keep-stale-checkpoints"
             if config["training"]["keep_stale_checkpoints"]
             else ""
         ),
+        save_minutes=lambda w, resources: (
+            f"--save-minutes {resources.save_minutes}"
+            if resources.save_minutes
+            else ""
+        ),
+    # exec: the trainer replaces the job's shell, so a SIGTERM/SIGUSR1 from SLURM reaches it with
+    # no shell in between that would die first and end the job before the checkpoint is written
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- {params.launcher} rredcot.steps.train_policy "
+        "exec {GPU_JOB} --gpus {resources.gpu} -- {params.launcher} rredcot.steps.train_policy "
         "--model {input.model} "
         "--train {input.train} --params {params.settings} --dtype {params.dtype} "
         "--threads {threads} --out {params.run_dir} {params.curve} {params.keep_stale} "
-        "--runtime {params.runtime} "
+        "--runtime {params.runtime} {params.save_minutes} "
         "> {log} 2>&1"

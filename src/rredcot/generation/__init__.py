@@ -10,6 +10,7 @@ build their backend with `backend_from_settings`, the one place that turns a ste
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from rredcot.generation.base import (
     SamplingParams,
     derive_seed,
 )
+from rredcot.generation.vllm_arguments import VLLM_LLM_ARGUMENTS, VLLM_VERSION
 
 BACKENDS: tuple[str, ...] = ("hf", "vllm")
 
@@ -65,9 +67,9 @@ def backend_from_settings(
 
     Reads `backend` (required), `seed` (vLLM engine seed; default 0), `dtype` (null or absent:
     the checkpoint's own, "auto"), `device` (hf only; "auto", null or absent: CUDA if present,
-    else CPU), `vllm` (mapping of `vllm.LLM` engine arguments over `VLLM_DEFAULTS`; keys not
-    listed there go to `vllm.LLM` unchanged, null values are left to vLLM) and `batch_size` (hf
-    sequences per `generate` call; the `batch_size` argument wins, then DEFAULT_BATCH_SIZE).
+    else CPU), `vllm` (mapping of `vllm.LLM` engine arguments over `VLLM_DEFAULTS`; other
+    engine arguments go to `vllm.LLM` unchanged, null values are left to vLLM) and `batch_size`
+    (hf sequences per `generate` call; the `batch_size` argument wins, then DEFAULT_BATCH_SIZE).
     One function for every step, so `generate`, references and the studies cannot drift apart.
     """
     if "backend" not in settings:
@@ -99,25 +101,44 @@ def backend_from_settings(
     return get_backend(name, policy)  # raises the unknown-name error
 
 
-def vllm_options(block: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`vllm.LLM` keyword arguments of an `evaluation.vllm` block: defaults, then the block,
-    without null values (vLLM picks those itself)."""
+def vllm_block_error(block: Any) -> str | None:
+    """What is wrong with an `evaluation.vllm` block, or None: not a mapping, a reserved key, or
+    a key that is no `vllm.LLM` argument (`VLLM_LLM_ARGUMENTS`, checked without importing vLLM,
+    so a typo fails at load under any backend rather than when the engine starts)."""
     if block is None:
-        block = {}
+        return None
     if not isinstance(block, Mapping):
-        raise ValueError(
-            f"evaluation.vllm: expected a mapping of vllm.LLM engine arguments, got {block!r}"
-        )
+        return f"evaluation.vllm: expected a mapping of vllm.LLM engine arguments, got {block!r}"
     bad = [key for key in block if not isinstance(key, str)]
     if bad:
-        raise ValueError(f"evaluation.vllm: keys must be strings, got {bad!r}")
+        return f"evaluation.vllm: keys must be strings, got {bad!r}"
     reserved = sorted(key for key in block if key in _VLLM_RESERVED)
     if reserved:
-        raise ValueError(
+        return (
             f"evaluation.vllm: {reserved} are set from the model path, `seed` and "
             "`evaluation.dtype`; remove them from evaluation.vllm"
         )
-    merged = {**VLLM_DEFAULTS, **block}
+    unknown = sorted(key for key in block if key not in VLLM_LLM_ARGUMENTS)
+    if unknown:
+        hints = [
+            f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+            for key in unknown
+            for close in [difflib.get_close_matches(key, VLLM_LLM_ARGUMENTS, n=1)]
+        ]
+        return (
+            f"evaluation.vllm: {', '.join(hints)} is not a vllm.LLM engine argument "
+            f"(vLLM {VLLM_VERSION}'s EngineArgs)"
+        )
+    return None
+
+
+def vllm_options(block: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`vllm.LLM` keyword arguments of an `evaluation.vllm` block: defaults, then the block,
+    without null values (vLLM picks those itself); a bad block is refused (`vllm_block_error`)."""
+    error = vllm_block_error(block)
+    if error is not None:
+        raise ValueError(error)
+    merged = {**VLLM_DEFAULTS, **(block or {})}
     return {key: value for key, value in merged.items() if value is not None}
 
 
@@ -132,5 +153,6 @@ __all__ = [
     "backend_from_settings",
     "derive_seed",
     "get_backend",
+    "vllm_block_error",
     "vllm_options",
 ]

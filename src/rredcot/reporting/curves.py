@@ -21,7 +21,6 @@ more conservative of the two-level bootstrap and a t interval over seeds (`paire
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+from rredcot.data.schema import read_json, read_table  # noqa: E402
 from rredcot.evaluation.paired import paired_comparison, t_interval  # noqa: E402
 from rredcot.reporting.figures import save_figure  # noqa: E402
 
@@ -386,10 +386,10 @@ def plot_learning_curves(summary: pl.DataFrame, path: str | Path) -> Path:
 
 def read_run(method: str, seed: int, run_dir: Path, final_grades: Path) -> RunScores:
     """A run's scores from its directory (curve.csv, metrics.csv, train_summary.json)."""
-    summary = json.loads((run_dir / "train_summary.json").read_text())
+    summary = read_json(run_dir / "train_summary.json")
     curve_path = run_dir / "curve.csv"
     curve = (
-        pl.read_csv(curve_path, schema_overrides={"problem_id": pl.String})
+        read_table(curve_path, schema_overrides={"problem_id": pl.String})
         if curve_path.is_file()
         else pl.DataFrame(
             schema={
@@ -405,8 +405,8 @@ def read_run(method: str, seed: int, run_dir: Path, final_grades: Path) -> RunSc
         seed=seed,
         steps=int(summary["steps"]),
         curve=curve,
-        final=pl.read_parquet(final_grades),
-        metrics=pl.read_csv(run_dir / "metrics.csv", infer_schema_length=None),
+        final=read_table(final_grades),
+        metrics=read_table(run_dir / "metrics.csv", infer_schema_length=None),
     )
 
 

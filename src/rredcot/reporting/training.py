@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from rredcot.data.schema import read_table  # noqa: E402
 from rredcot.reporting.figures import save_figure  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def training_curves(runs: Sequence[tuple[str, int, Path]]) -> pl.DataFrame:
     """Stack `metrics.csv` of every (method, seed, path) run; columns differ per method."""
     frames = []
     for method, seed, path in runs:
-        df = pl.read_csv(path, infer_schema_length=None)
+        df = read_table(path, infer_schema_length=None)
         frames.append(df.with_columns(pl.lit(method).alias("method"), pl.lit(seed).alias("seed")))
     if not frames:
         raise ValueError("training_curves needs at least one run")

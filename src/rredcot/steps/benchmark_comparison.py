@@ -6,6 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
+from rredcot.data.schema import read_table
 from rredcot.reporting.benchmark_comparison import benchmark_comparison
 from rredcot.steps.cli import log, parser, require, setup
 
@@ -25,7 +26,7 @@ def main() -> None:
     methods, reference, base = require(args.params, "methods", "reference", "base")
     by_benchmark: dict[str, list[pl.DataFrame]] = {}
     for path in args.grades:
-        by_benchmark.setdefault(path.parent.name, []).append(pl.read_parquet(path))
+        by_benchmark.setdefault(path.parent.name, []).append(read_table(path))
     tables = [
         benchmark_comparison(
             name,

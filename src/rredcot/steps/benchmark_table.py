@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.data.schema import read_parquet
+from rredcot.data.schema import read_parquet, read_table
 from rredcot.evaluation.tables import benchmark_table, package_versions
 from rredcot.steps.cli import log, parser, require, setup
 
@@ -48,7 +48,7 @@ def main() -> None:
         else "math-verify (gold first, last \\boxed{})",
         "versions": package_versions(),
     }
-    frames = [pl.read_parquet(path) for path in args.grades]
+    frames = [read_table(path) for path in args.grades]
     table = benchmark_table(frames, protocol, prm["bootstrap_resamples"], seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)

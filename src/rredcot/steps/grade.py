@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
-
-from rredcot.data.schema import read_parquet
+from rredcot.data.schema import read_parquet, read_table
 from rredcot.evaluation.grading import grade_generations
 from rredcot.steps.cli import log, parser, require, setup
 from rredcot.tasks import get_task
@@ -23,7 +21,7 @@ def main() -> None:
     task = get_task(task_name)
     if hasattr(task, "timeout_s"):
         task.timeout_s = float(args.params.get("grading_timeout_s", task.timeout_s))
-    grades = grade_generations(pl.read_parquet(args.generations), read_parquet(args.problems), task)
+    grades = grade_generations(read_table(args.generations), read_parquet(args.problems), task)
     counts = dict(grades.group_by("status").len().rows())
     log.info(
         "graded %d samples: mean reward %.4f; statuses %s",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
 
+from rredcot.data.schema import read_json, read_table
 from rredcot.machine import machines_by_run_name, with_machine_column
 from rredcot.reporting.curves import (
     comparison_mapping,
@@ -37,11 +37,11 @@ def main() -> None:
         raise ValueError(f"{len(args.summaries)} summaries but {len(args.grades)} grade files")
     runs = []
     for summary, grades in zip(args.summaries, args.grades, strict=True):
-        settings = json.loads(summary.read_text())["settings"]
+        settings = read_json(summary)["settings"]
         # the run's name (a method or a variant of one) is its directory: train/{name}/seed{s}
         name = summary.parent.parent.name
         runs.append(read_run(name, int(settings["seed"]), summary.parent, grades))
-    base = pl.read_parquet(args.base)
+    base = read_table(args.base)
     per_run, summary = learning_curves(runs, base)
     machines = machines_by_run_name(args.summaries)
     summary = with_machine_column(summary, machines)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import polars as pl
-
+from rredcot.data.schema import read_json, read_table
 from rredcot.machine import machines_by_run_name, machines_of, with_machine_column
 from rredcot.reporting.training import main_table
 from rredcot.steps.cli import log, parser, setup
@@ -24,11 +22,11 @@ def main() -> None:
     setup()
     tables = {}
     for path in args.tables:
-        table = pl.read_csv(path)
+        table = read_table(path)
         tables[str(table["benchmark"][0])] = table
     machines = machines_by_run_name(args.summaries)
     sft = args.base / "sft_metrics.json"
-    machines["base"] = machines_of([json.loads(sft.read_text()) if sft.is_file() else {}])
+    machines["base"] = machines_of([read_json(sft) if sft.is_file() else {}])
     wide = with_machine_column(main_table(tables), machines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     wide.write_csv(args.out)

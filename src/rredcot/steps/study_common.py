@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from rredcot.data.schema import read_table
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.tasks import Task, get_task
 
@@ -36,7 +37,7 @@ def load_backend(settings: dict[str, Any], policy: str, batch_size: int) -> Any:
 
 def read_study_inputs(traces: Path, segmentations: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The traces table and the segmentations table of the `study_traces` rule."""
-    return pl.read_parquet(traces), pl.read_parquet(segmentations)
+    return read_table(traces), read_table(segmentations)
 
 
 def agreement_rows(traces: pl.DataFrame, table: pl.DataFrame) -> pl.DataFrame:
@@ -112,7 +113,7 @@ class Timer:
 
 def read_estimates(paths: list[Path]) -> pl.DataFrame:
     """The long estimate tables of `study_mc` and `study_scored`, concatenated."""
-    return pl.concat([pl.read_parquet(p) for p in paths], how="vertical_relaxed")
+    return pl.concat([read_table(p) for p in paths], how="vertical_relaxed")
 
 
 def ground_truth_estimates(
@@ -232,7 +233,7 @@ def read_analysis_inputs(args: argparse.Namespace) -> AnalysisInputs:
     return AnalysisInputs(
         traces,
         main_segmentation(segmentations),
-        pl.read_parquet(args.ground_truth),
+        read_table(args.ground_truth),
         read_estimates(args.estimates),
     )
 

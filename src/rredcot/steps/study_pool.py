@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
-
-from rredcot.data.schema import write_parquet
+from rredcot.data.schema import read_table, write_parquet
 from rredcot.data.synthetic import SplitSpec, make_study_pool, world_config
 from rredcot.steps.cli import log, parser, require, setup
 
@@ -20,7 +18,7 @@ def main() -> None:
     setup()
     world, pool = require(args.params, "world", "pool")
     taken = frozenset(
-        problem for path in args.world for problem in pl.read_parquet(path)["problem"].to_list()
+        problem for path in args.world for problem in read_table(path)["problem"].to_list()
     )
     df = make_study_pool(SplitSpec(**pool), world["seed"], world_config(world), taken)
     write_parquet(df, args.out)

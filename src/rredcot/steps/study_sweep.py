@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.credit.rredcot import RREDCoTConfig, state_kinds
+from rredcot.data.schema import read_table
 from rredcot.reporting.figures import segmentation_sweep_figure
 from rredcot.steps.cli import log
 from rredcot.steps.study_common import (
@@ -54,7 +55,7 @@ def main() -> None:
             ]
             flat = [k for ks in kinds for k in ks]
             mid_line[label] = (len(flat), flat.count("mid_line"))
-        rollouts = pl.read_parquet(args.ground_truth)
+        rollouts = read_table(args.ground_truth)
         gt = ground_truth_sigmas(traces, sweep, rollouts)
         halves = split_half(traces, sweep, rollouts)
         table = sweep_table(

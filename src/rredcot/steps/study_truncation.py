@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
-
+from rredcot.data.schema import read_table
 from rredcot.reporting.figures import mc_truncation_figure
 from rredcot.steps.cli import log, parser, require, setup
 from rredcot.steps.study_common import Timer, main_segmentation, write_table
@@ -26,8 +25,8 @@ def main() -> None:
         args.params, "seed", "bootstrap_resamples", "truncation_budgets"
     )
     with Timer("mc_truncation"):
-        seg = main_segmentation(pl.read_parquet(args.segmentations))
-        rollouts = pl.read_parquet(args.ground_truth)
+        seg = main_segmentation(read_table(args.segmentations))
+        rollouts = read_table(args.ground_truth)
         table = truncation_table(
             rollouts, distinct_states(seg), budgets, resamples=resamples, seed=seed
         )

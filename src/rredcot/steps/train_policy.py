@@ -5,7 +5,10 @@
 
 `--params` is a `TrainingSettings` mapping (method, seed, max_steps, batch shape, credit,
 segmentation, rredcot, mc, ...). Restarted after a kill, the run resumes from the newest
-checkpoint in `--out`. On GPUs it runs under `accelerate launch ... -m rredcot.steps.train_policy`
+checkpoint in `--out`. On SIGTERM or SIGUSR1 it finishes the optimizer step under way, saves a
+checkpoint at it and exits with status 75 (`RETRY_EXIT_CODE`; Snakemake's retry resumes it); a
+second trainer on a run directory in use exits at once with status 1, naming the holder.
+On GPUs it runs under `accelerate launch ... -m rredcot.steps.train_policy`
 (`rredcot.training.launch.accelerate_command`), one process per GPU, with `--dtype bfloat16`.
 
 The run record (`rredcot.training.run.run_record`) holds every argument but those in
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,14 @@ from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.curves import CurveSettings
-from rredcot.training.run import RunOptions, TrainingSettings, job_record, train_policy
+from rredcot.training.run import (
+    RETRY_EXIT_CODE,
+    RunOptions,
+    TrainingInterrupted,
+    TrainingSettings,
+    job_record,
+    train_policy,
+)
 
 INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
 """Path arguments the run record holds by content (`fingerprint`)."""
@@ -34,6 +45,7 @@ NOT_IDENTITY: dict[str, str] = {
     "out": "the run directory itself",
     "keep_stale_checkpoints": "what happens to other runs' directories",
     "runtime": "how long ranks wait and where the run reports (RunOptions), not what it computes",
+    "save_minutes": "when checkpoints are written, not what the run computes (a resume is exact)",
 }
 """Arguments left out of the run record, with the reason; every other one is compared."""
 
@@ -66,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the checkpoints of run directories moved aside (config key "
         "training.keep_stale_checkpoints)",
     )
+    p.add_argument(
+        "--save-minutes",
+        type=float,
+        help="also write a checkpoint every this many minutes of wall time (config key "
+        "training.save_minutes; default: by steps only)",
+    )
     return p
 
 
@@ -87,18 +105,23 @@ def main() -> None:
     if args.curve_problems is not None:
         curve = (read_parquet(args.curve_problems), CurveSettings.from_dict(args.curve or {}))
     arguments, inputs = record_blocks(args)
-    train_policy(
-        model,
-        tokenizer,
-        table,
-        settings,
-        args.out,
-        curve=curve,
-        fingerprints=inputs,
-        arguments=arguments,
-        keep_stale_checkpoints=args.keep_stale_checkpoints,
-        options=RunOptions(**args.runtime),
-    )
+    try:
+        train_policy(
+            model,
+            tokenizer,
+            table,
+            settings,
+            args.out,
+            curve=curve,
+            fingerprints=inputs,
+            arguments=arguments,
+            keep_stale_checkpoints=args.keep_stale_checkpoints,
+            save_minutes=args.save_minutes,
+            options=RunOptions(**args.runtime),
+        )
+    except TrainingInterrupted as stop:
+        log.warning("%s (exit status %d: retry)", stop, RETRY_EXIT_CODE)
+        sys.exit(RETRY_EXIT_CODE)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from rredcot.data.schema import read_json
 from rredcot.machine import machines_by_run_name, with_machine_column
 from rredcot.reporting.training import compute_cost, plot_training_curves, training_curves
 from rredcot.steps.cli import log, parser, setup
@@ -26,7 +26,7 @@ def main() -> None:
     setup()
     runs = []
     for path in args.summaries:
-        settings = json.loads(path.read_text())["settings"]
+        settings = read_json(path)["settings"]
         # the run's name (a method or a variant of one) is its directory: train/{name}/seed{s}
         name = path.parent.parent.name
         runs.append((name, int(settings["seed"]), path.parent / "metrics.csv"))

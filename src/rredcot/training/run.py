@@ -3,9 +3,10 @@
 Setup only; what a method does differently lives in `rredcot.training.methods`. A run writes
 into `out`:
 
-    checkpoint-N/        every `save_steps` steps, the last `save_total_limit` kept; a restarted
-                         run resumes from the newest complete one (trainer_state.json written,
-                         files not cut short); with `lora`, the adapter weights only
+    checkpoint-N/        every `save_steps` steps (and `save_minutes`), the last
+                         `save_total_limit` kept; a restarted run resumes from the newest complete
+                         one (every file whole, trainer_state.json included:
+                         `unreadable_checkpoint`); with `lora`, the adapter weights only
     run_record.json      what the run was started with (`run_record`); a directory with another
                          record is moved aside to `<out>.stale-N` (its checkpoints deleted)
     metrics.csv          one row per optimizer step (`CSV_COLUMNS` + the method's metrics)
@@ -14,28 +15,41 @@ into `out`:
                          adapter alone in final/adapter/
     train_summary.json   settings, steps, seconds, where it resumed from
 
+Beside it, `<out>.lock` is held (`fcntl.flock`) for the run's life, so a second trainer on
+the same directory stops at once (`RunDirectoryLocked`, naming the holder's host and pid).
+
 A NaN or inf loss stops the run before the optimizer step (`NonFiniteLossError`); the newest
-checkpoint then is the last good one and `final/` is not written.
+checkpoint then is the last good one and `final/` is not written. SIGTERM or SIGUSR1 (a
+scheduler's time limit) finishes the current optimizer step, saves a checkpoint at it and
+raises `TrainingInterrupted` (the step script exits with `RETRY_EXIT_CODE`); the rerun resumes
+there and ends with the weights of an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import importlib.util
 import json
 import logging
 import math
+import os
 import shutil
+import signal
+import socket
+import threading
 import time
 import zipfile
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import polars as pl
+import torch
 from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -577,12 +591,20 @@ def unreadable_checkpoint(checkpoint: Path) -> str | None:
 
     Cheap checks that catch a file cut short (a kill or a full disk while saving): a
     safetensors file must be as long as its header says; a torch zip file (optimizer,
-    scheduler, RNG state) must have its central directory, written last, at its end."""
+    scheduler, RNG state) must have its central directory, written last, at its end; a JSON
+    file (trainer_state.json, the configs) must parse, and the trainer state must be an object
+    whose `global_step` is the directory's step (it is the file HF writes last)."""
     for f in sorted(checkpoint.rglob("*")):
         if not f.is_file():
             continue
         try:
-            if f.suffix == ".safetensors":
+            if f.suffix == ".json":
+                state = json.loads(f.read_text())
+                if f.name == "trainer_state.json" and f.parent == checkpoint:
+                    step = state.get("global_step") if isinstance(state, dict) else None
+                    if step != _step_of(checkpoint):
+                        return f"{f}: global_step {step!r}, not the checkpoint's {checkpoint.name}"
+            elif f.suffix == ".safetensors":
                 size = f.stat().st_size
                 with f.open("rb") as fh:
                     n = int.from_bytes(fh.read(8), "little")
@@ -594,7 +616,7 @@ def unreadable_checkpoint(checkpoint: Path) -> str | None:
                     return f"{f}: {size} bytes, its header says {8 + n + max(ends, default=0)}"
             elif f.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(f):
                 return f"{f}: not a readable torch file (no zip directory at its end)"
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError) as err:  # JSONDecodeError: ValueError
             return f"{f}: {type(err).__name__}: {err}"
     return None
 
@@ -617,6 +639,152 @@ def resume_point(out: str | Path, remove_incomplete: bool = True) -> Path | None
             log.warning("removing incomplete or unreadable checkpoint %s", p)
             shutil.rmtree(p)
     return last
+
+
+# --------------------------------------------------------------------------- one trainer per run
+
+
+class RunDirectoryLocked(RuntimeError):
+    """Another trainer holds the run directory's lock (`run_dir_lock`)."""
+
+
+def lock_path(out: str | Path) -> Path:
+    """The lock file of run directory `out`: beside it, so it stays put when `claim_run_dir`
+    moves the directory aside."""
+    out = Path(out)
+    return out.with_name(f"{out.name}.lock")
+
+
+@contextmanager
+def run_dir_lock(out: str | Path) -> Iterator[TextIO]:
+    """Hold an exclusive `fcntl.flock` on `lock_path(out)` while the block runs.
+
+    The kernel releases it when the holder dies (SIGKILL included), so no stale lock outlives a
+    job, and an orphaned job that is still running (after `snakemake --unlock`) keeps it: a
+    second trainer raises `RunDirectoryLocked` at once, naming the holder's host and pid (written
+    into the file). Across nodes it needs a file system whose flock is cluster-wide (NFSv4,
+    Lustre mounted with `-o flock`, GPFS).
+    """
+    path = lock_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = path.open("a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "a process that has not written its name yet"
+            raise RunDirectoryLocked(
+                f"run directory {out} is in use by another trainer ({holder}; lock {path}); "
+                "stop that job or wait for it to end, then rerun"
+            ) from None
+        fh.truncate(0)
+        fh.write(f"host {socket.gethostname()} pid {os.getpid()}\n")
+        fh.flush()
+        yield fh
+    finally:
+        fh.close()  # closing the last descriptor releases the lock
+
+
+# --------------------------------------------------------------------------- stopping on a signal
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
+"""Signals that stop training at the end of the current optimizer step, after a checkpoint:
+SLURM sends SIGTERM at the time limit (SIGKILL follows after its KillWait) and any signal
+earlier with `sbatch --signal`."""
+RETRY_EXIT_CODE = 75
+"""The step script's exit status after such a stop (EX_TEMPFAIL: try again); like any nonzero
+status it makes Snakemake retry the job (`--retries`), which resumes from the checkpoint."""
+
+
+class TrainingInterrupted(RuntimeError):
+    """Training stopped on a signal after saving a checkpoint at the current step."""
+
+    def __init__(self, signal_name: str, step: int, checkpoint: Path) -> None:
+        super().__init__(
+            f"{signal_name} received: stopped after optimizer step {step} with checkpoint "
+            f"{checkpoint}; rerun to resume from it"
+        )
+        self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
+
+
+class CheckpointGuard(TrainerCallback):
+    """Checkpoints a cluster needs besides `save_steps`: one every `save_minutes` of wall time
+    (None: none), and one at the current step when a `STOP_SIGNALS` signal arrives, after which
+    training stops.
+
+    The signal handler only records the signal; the step under way finishes (a half-done step
+    cannot be saved) and `on_step_end` asks the HF loop to save and stop. On several processes
+    each one's decision is combined (max over processes, one small all-reduce per step), so all
+    save and stop at the same step even if the signal or the clock reaches them apart.
+    """
+
+    def __init__(self, save_minutes: float | None = None) -> None:
+        if save_minutes is not None and not (
+            isinstance(save_minutes, Real) and math.isfinite(save_minutes) and save_minutes > 0
+        ):
+            raise ValueError(
+                f"training.save_minutes: expected a positive number or null, got {save_minutes!r}"
+            )
+        self.save_seconds = None if save_minutes is None else 60.0 * save_minutes
+        self.received: signal.Signals | None = None
+        self.stopped_at: int | None = None
+        self.accelerator: Any = None  # set by train_policy once the trainer exists
+        self._last_save = time.monotonic()
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum)
+
+    @contextmanager
+    def installed(self) -> Iterator[CheckpointGuard]:
+        """The signal handlers, in place while the block runs (main thread only: Python
+        delivers signals there)."""
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("not the main thread: SIGTERM/SIGUSR1 will not save a checkpoint")
+            yield self
+            return
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+
+    def _agreed(self, stop: bool, due: bool) -> tuple[bool, bool]:
+        accelerator = self.accelerator
+        if accelerator is None or accelerator.num_processes == 1:
+            return stop, due
+        flags = torch.tensor([float(stop), float(due)], device=accelerator.device)
+        flags = accelerator.reduce(flags, reduction="max")
+        return bool(flags[0]), bool(flags[1])
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 (HF's signature)
+        due = (
+            self.save_seconds is not None
+            and time.monotonic() - self._last_save >= self.save_seconds
+        )
+        stop, due = self._agreed(self.received is not None, due)
+        if due:
+            log.info("step %d: %s minutes since the last checkpoint: saving", state.global_step,
+                     self.save_seconds / 60)  # fmt: skip
+        if stop:
+            why = self.received.name if self.received is not None else "another process's signal"
+            log.warning(
+                "%s received: step %d done; saving a checkpoint at it and stopping (exit %d, "
+                "a rerun resumes here)",
+                why,
+                state.global_step,
+                RETRY_EXIT_CODE,
+            )
+            self.stopped_at = state.global_step
+            control.should_training_stop = True
+        if stop or due:
+            control.should_save = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 (HF's signature)
+        self._last_save = time.monotonic()
 
 
 # --------------------------------------------------------------------------- metrics
@@ -894,6 +1062,7 @@ def train_policy(
     arguments: Mapping[str, Any] | None = None,
     keep_stale_checkpoints: bool = False,
     options: RunOptions | None = None,
+    save_minutes: float | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
     `options` (ddp timeout, trackers) are not part of the run record.
@@ -906,11 +1075,51 @@ def train_policy(
     (`claim_run_dir`, which deletes stale checkpoints unless `keep_stale_checkpoints`) instead
     of resumed. A run whose newest checkpoint is already at max_steps takes no further step.
 
+    The main process holds `run_dir_lock(out)` throughout (`RunDirectoryLocked` if another
+    trainer does). Besides every `save_steps`, a checkpoint is written every `save_minutes` of
+    wall time (None: never) and, on SIGTERM/SIGUSR1, at the end of the step under way, after
+    which `TrainingInterrupted` is raised and `final/` is not written (`CheckpointGuard`).
+
     Writes checkpoints, metrics.csv, final/ and train_summary.json into `out` (module
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
     main one alone removes, appends and writes files.
     """
     out = Path(out)
+    from accelerate import PartialState
+
+    main = PartialState(cpu=settings.device == "cpu").is_main_process
+    with run_dir_lock(out) if main else nullcontext():
+        return _train_policy(
+            model,
+            tokenizer,
+            table,
+            settings,
+            out,
+            callbacks,
+            curve,
+            fingerprints,
+            arguments,
+            keep_stale_checkpoints,
+            save_minutes,
+            options,
+        )
+
+
+def _train_policy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    table: pl.DataFrame,
+    settings: TrainingSettings,
+    out: Path,
+    callbacks: Sequence[TrainerCallback],
+    curve: tuple[pl.DataFrame, CurveSettings] | None,
+    fingerprints: Mapping[str, str | None] | None,
+    arguments: Mapping[str, Any] | None,
+    keep_stale_checkpoints: bool,
+    save_minutes: float | None,
+    options: RunOptions | None,
+) -> dict[str, Any]:
+    """`train_policy` with the lock held (by the main process)."""
     check_vllm_memory(model, settings)
     task = get_task(settings.task)
     train, without_reference = training_rows(table, task, tokenizer, settings)
@@ -922,10 +1131,12 @@ def train_policy(
     )
     claim_run_dir(out, record, main=main, keep_stale_checkpoints=keep_stale_checkpoints)
     PartialState().wait_for_everyone()
+    guard = CheckpointGuard(save_minutes)
     trainer = build_trainer(
-        model, tokenizer, train, settings, out, callbacks=callbacks, options=options
+        model, tokenizer, train, settings, out, callbacks=[*callbacks, guard], options=options
     )
     accelerator = trainer.accelerator
+    guard.accelerator = accelerator
     checkpoint = resume_point(out, remove_incomplete=main)
     accelerator.wait_for_everyone()
     resume_step = _step_of(checkpoint) if checkpoint else None
@@ -948,8 +1159,14 @@ def train_policy(
         trainer._load_from_checkpoint(str(checkpoint))
         trainer.state.global_step = resume_step
     else:
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        with guard.installed():
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
+    if guard.stopped_at is not None:
+        accelerator.wait_for_everyone()
+        why = guard.received.name if guard.received is not None else "another process's signal"
+        stopped = out / f"{PREFIX_CHECKPOINT_DIR}-{guard.stopped_at}"
+        raise TrainingInterrupted(why, guard.stopped_at, stopped)
     final = out / "final"
     # ZeRO-3 shards the weights: gather them (a collective, on every process; needs the config's
     # zero3_save_16bit_model). Otherwise every process holds them whole.

@@ -1,6 +1,6 @@
 """The one RL trainer: TRL's `GRPOTrainer` with per-token advantages and method-built groups.
 
-`CreditGRPOTrainer` changes three small things and inherits everything else (generation, the
+`CreditGRPOTrainer` changes five small things and inherits everything else (generation, the
 PPO-clip loss, KL, logging, checkpoints):
 
 1. `_generate_and_score_completions`: after TRL sampled, graded and normalised the batch, the
@@ -13,7 +13,9 @@ PPO-clip loss, KL, logging, checkpoints):
    reward function and the advantages. Without it TRL samples n fresh completions per prompt.
 3. `training_step`: a NaN or inf loss stops training before the optimizer step, so the weights
    and the last checkpoint stay those of the last good step.
-4. `_generate_single_turn`: for a method that reads the sampled traces' encoding
+4. `_get_train_sampler`: TRL's `RepeatSampler` made epoch-aware (`EpochRepeatSampler`), so a
+   run resumed in a later epoch sees the order an uninterrupted run sees there.
+5. `_generate_single_turn`: for a method that reads the sampled traces' encoding
    (`reuses_generation`, RREDCoT) and HF generation, `generate` also hands back the keys,
    values and logits it computed while sampling (`GenerationCache`, on the batch), so the
    credit needs no pass to encode the traces again. Only while they fit:
@@ -40,6 +42,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
+from trl.trainer.grpo_trainer import RepeatSampler
 
 from rredcot.credit.advantages import group_ids, masked_stats, zero_std_share
 from rredcot.generation.base import Completion, SamplingParams
@@ -162,6 +165,42 @@ class TRLEngineBackend:
         return Completion(prompt_index, sample_index, text, ids, reason, len(ids))
 
 
+class EpochRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose order is a function of (seed, epoch) alone.
+
+    TRL's draws one permutation from a generator seeded once at construction, so in one
+    process epoch e gets the generator's (e+1)-th permutation; a resumed run builds a new
+    sampler and got the first one again, i.e. epoch 0's order replayed in epoch e. Here each
+    iteration reseeds and skips e permutations (`set_epoch`, which the HF loop calls at every
+    epoch, and on resume with the checkpoint's epoch): the same order as TRL's in an
+    uninterrupted run, and after a resume too.
+    """
+
+    epoch: int = 0
+
+    @classmethod
+    def like(cls, sampler: RepeatSampler) -> EpochRepeatSampler:
+        """An epoch-aware copy of TRL's sampler (same data, repeats, batch, shuffle and seed)."""
+        return cls(
+            sampler.data_source,
+            mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size,
+            repeat_count=sampler.repeat_count,
+            shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):  # noqa: ANN204 (a generator, as TRL's)
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(self.epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+        return super().__iter__()
+
+
 class CreditGRPOTrainer(GRPOTrainer):
     """GRPO with a method strategy for advantages (B, T) and, optionally, group sampling.
 
@@ -196,6 +235,11 @@ class CreditGRPOTrainer(GRPOTrainer):
                 f"process: per_device_train_batch_size × steps_per_generation = {local} must be a "
                 f"multiple of num_generations = {self.num_generations}"
             )
+
+    # ---------------------------------------------------------------- data order
+
+    def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202 (TRL's signature)
+        return EpochRepeatSampler.like(super()._get_train_sampler(dataset))
 
     # ---------------------------------------------------------------- sampling hook
 

@@ -114,12 +114,13 @@ class Method(ABC):
         """The advantages of `batch` under the current `policy` (in eval mode, no grad)."""
 
     @classmethod
-    @abstractmethod
     def from_settings(
         cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
     ) -> Method:
         """The method with its blocks of `settings` (a `MethodSettings` or a run's
-        `TrainingSettings`: the same attributes); the blocks it does not use are ignored."""
+        `TrainingSettings`: the same attributes); the blocks it does not use are ignored. The
+        default: a method that reads no settings."""
+        return cls()
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,11 @@ A_i = (R_i − mean_g R)/(std_g R + ε) for every token of response i, exactly a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-from rredcot.training.methods.base import Method, MethodOutput, MethodSettings, RolloutBatch
+from rredcot.training.methods.base import Method, MethodOutput, RolloutBatch
 
 
 class GRPOMethod(Method):
@@ -19,12 +18,6 @@ class GRPOMethod(Method):
 
     name: ClassVar[str] = "grpo"
     needs_whole_groups: ClassVar[bool] = False
-
-    @classmethod
-    def from_settings(
-        cls, settings: MethodSettings, task: Any, tokenizer: Any, eos_ids: Sequence[int]
-    ) -> GRPOMethod:
-        return cls()
 
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
         return MethodOutput(batch.outcome_advantages)

@@ -45,11 +45,17 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
 
 
-def t_quantile_975(df: int) -> float:
-    """Student's t 0.975 quantile for `df` ≥ 1 degrees of freedom (1.960 beyond 30)."""
+def tabled_quantile(table: tuple[float, ...], df: int, normal: float) -> float:
+    """A Student's t quantile from `table` (entries for 1 … len(table) degrees of freedom),
+    the normal quantile `normal` beyond."""
     if df < 1:
         raise ValueError(f"df: expected >= 1, got {df}")
-    return T975[df - 1] if df <= len(T975) else 1.960
+    return table[df - 1] if df <= len(table) else normal
+
+
+def t_quantile_975(df: int) -> float:
+    """Student's t 0.975 quantile for `df` ≥ 1 degrees of freedom (1.960 beyond 30)."""
+    return tabled_quantile(T975, df, 1.960)
 
 
 def t_interval(values: np.ndarray) -> tuple[float, float]:

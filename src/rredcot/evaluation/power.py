@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from rredcot.evaluation.paired import t_quantile_975
+from rredcot.evaluation.paired import t_quantile_975, tabled_quantile
 
 # Student's t 0.80 quantiles for 1 … 30 degrees of freedom (the normal 0.8416 beyond).
 T80 = (1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.876, 0.873,
@@ -29,9 +29,7 @@ T80 = (1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.8
 
 def t_quantile_80(df: int) -> float:
     """Student's t 0.80 quantile for `df` ≥ 1 degrees of freedom (0.8416 beyond 30)."""
-    if df < 1:
-        raise ValueError(f"df: expected >= 1, got {df}")
-    return T80[df - 1] if df <= len(T80) else 0.8416
+    return tabled_quantile(T80, df, 0.8416)
 
 
 def mde_from_sd(sd: float, n_seeds: int) -> float:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rredcot.data.checker import LINE_TRAILING, STEP_LINE, check_response
 from rredcot.data.misconceptions import Misconception
-from rredcot.data.synthetic import LINE_TRAILING, STEP_LINE, Program, check_response
+from rredcot.data.programs import Program
 
 ERROR_KINDS: tuple[str, ...] = ("correct", "systematic", "other")
 

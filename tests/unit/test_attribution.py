@@ -34,6 +34,9 @@ from rredcot.credit.attribution import (
     shapley_from_permutations,
     shapley_permutation,
 )
+from rredcot.credit.attribution import (
+    AttributionTrace as T,
+)
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 
@@ -113,7 +116,7 @@ def all_subsets(k: int) -> list[frozenset[int]]:
 def test_full_and_partial_coalitions_equal_naive_passes(model, trace):
     prompt, response, boundaries, answer, trigger_len = trace
     coalitions = [frozenset(range(6)), frozenset(), frozenset({0, 2, 5}), frozenset({4})]
-    got = coalition_logprob(model, prompt, response, boundaries, coalitions, answer, trigger_len)
+    got = coalition_logprob(model, T(prompt, response, boundaries, answer, trigger_len), coalitions)
     want = [
         naive_f(model, prompt, response, boundaries, c, answer, trigger_len) for c in coalitions
     ]
@@ -126,8 +129,10 @@ def test_trigger_tokens_are_context_not_score(model, trace):
     """trigger_len = 0 also scores A, so f drops by log π(A | x ⊕ τ)."""
     prompt, response, boundaries, answer, trigger_len = trace
     full = [frozenset(range(6))]
-    with_trigger = coalition_logprob(model, prompt, response, boundaries, full, answer, 0)[0]
-    answer_only = coalition_logprob(model, prompt, response, boundaries, full, answer, trigger_len)
+    with_trigger = coalition_logprob(model, T(prompt, response, boundaries, answer, 0), full)[0]
+    answer_only = coalition_logprob(
+        model, T(prompt, response, boundaries, answer, trigger_len), full
+    )
     trigger_score = naive_f(model, prompt, response, boundaries, range(6), answer, 0)
     assert with_trigger == pytest.approx(trigger_score, abs=1e-10)
     assert with_trigger < answer_only[0] - 1e-6
@@ -136,9 +141,9 @@ def test_trigger_tokens_are_context_not_score(model, trace):
 def test_batched_equals_unbatched_and_duplicates_are_scored_once(model, trace):
     prompt, response, boundaries, answer, trigger_len = trace
     coalitions = all_subsets(6)
-    batched = CoalitionValue(model, prompt, response, boundaries, answer, trigger_len)
+    batched = CoalitionValue(model, T(prompt, response, boundaries, answer, trigger_len))
     one_row = CoalitionValue(
-        model, prompt, response, boundaries, answer, trigger_len, max_tokens_per_pass=1
+        model, T(prompt, response, boundaries, answer, trigger_len), max_tokens_per_pass=1
     )
     a = batched(coalitions)
     np.testing.assert_allclose(a, one_row(coalitions), rtol=0, atol=1e-10)
@@ -154,21 +159,21 @@ def test_batched_equals_unbatched_and_duplicates_are_scored_once(model, trace):
 def test_bad_inputs_raise(model, trace):
     prompt, response, boundaries, answer, trigger_len = trace
     with pytest.raises(ValueError, match="out of range"):
-        coalition_logprob(model, prompt, response, boundaries, [{6}], answer, trigger_len)
+        coalition_logprob(model, T(prompt, response, boundaries, answer, trigger_len), [{6}])
     with pytest.raises(ValueError, match="boundaries"):
-        leave_one_out(model, prompt, response, [0, 5, 5, len(response)], answer, trigger_len)
+        leave_one_out(model, T(prompt, response, [0, 5, 5, len(response)], answer, trigger_len))
     with pytest.raises(ValueError, match="boundaries"):
-        leave_one_out(model, prompt, response, [0, 5], answer, trigger_len)
+        leave_one_out(model, T(prompt, response, [0, 5], answer, trigger_len))
     with pytest.raises(ValueError, match="trigger_len"):
-        leave_one_out(model, prompt, response, boundaries, answer, len(answer))
+        leave_one_out(model, T(prompt, response, boundaries, answer, len(answer)))
     with pytest.raises(ValueError, match="prompt_ids"):
-        gradient_x_input(model, [], response, boundaries, answer, trigger_len)
+        gradient_x_input(model, T([], response, boundaries, answer, trigger_len))
     with pytest.raises(ValueError, match="max_segments"):
-        shapley_exact(model, prompt, response, boundaries, answer, trigger_len, max_segments=5)
+        shapley_exact(model, T(prompt, response, boundaries, answer, trigger_len), max_segments=5)
     with pytest.raises(ValueError, match="shapley_permutations"):
         AttributionConfig(shapley_permutations=0)
     with pytest.raises(ValueError, match="unknown name"):
-        attribute("lime", model, prompt, response, boundaries, answer, trigger_len)
+        attribute("lime", model, T(prompt, response, boundaries, answer, trigger_len))
 
 
 # --- LOO and Shapley --------------------------------------------------------------------------
@@ -176,7 +181,7 @@ def test_bad_inputs_raise(model, trace):
 
 def test_leave_one_out_by_hand(model, trace):
     prompt, response, boundaries, answer, trigger_len = trace
-    result = leave_one_out(model, prompt, response, boundaries, answer, trigger_len)
+    result = leave_one_out(model, T(prompt, response, boundaries, answer, trigger_len))
     full = naive_f(model, prompt, response, boundaries, range(6), answer, trigger_len)
     for k in range(6):
         rest = set(range(6)) - {k}
@@ -187,25 +192,24 @@ def test_leave_one_out_by_hand(model, trace):
 
 def test_shapley_over_all_permutations_equals_exact_enumeration(model, trace):
     prompt, response, boundaries, answer, trigger_len = trace
-    exact = shapley_exact(model, prompt, response, boundaries, answer, trigger_len)
+    exact = shapley_exact(model, T(prompt, response, boundaries, answer, trigger_len))
     perms = shapley_permutation(
-        model, prompt, response, boundaries, answer, trigger_len, all_permutations=True
+        model, T(prompt, response, boundaries, answer, trigger_len), all_permutations=True
     )
     np.testing.assert_allclose(perms.values, exact.values, rtol=0, atol=1e-10)
     assert exact.forward_tokens == perms.forward_tokens  # the same 64 coalitions, once each
-    f = coalition_logprob(
-        model, prompt, response, boundaries, [frozenset(range(6)), frozenset()], answer, trigger_len
-    )
+    everyone_and_no_one = [frozenset(range(6)), frozenset()]
+    f = coalition_logprob(model, T(*trace), everyone_and_no_one)
     assert exact.values.sum() == pytest.approx(f[0] - f[1], abs=1e-10)  # efficiency
 
 
 def test_sampled_shapley_converges_to_exact(model, short_trace):
     prompt, response, boundaries, answer, trigger_len = short_trace
-    exact = shapley_exact(model, prompt, response, boundaries, answer, trigger_len).values
+    exact = shapley_exact(model, T(prompt, response, boundaries, answer, trigger_len)).values
     errors = {}
     for m in (3, 300, 30000):
         est = shapley_permutation(
-            model, prompt, response, boundaries, answer, trigger_len, permutations=m, seed=1
+            model, T(prompt, response, boundaries, answer, trigger_len), permutations=m, seed=1
         ).values
         errors[m] = np.abs(est - exact).max()
         assert est.sum() == pytest.approx(exact.sum(), abs=1e-10)  # telescoping, any M
@@ -275,7 +279,7 @@ def test_gradient_x_input_matches_finite_difference(model, trace):
     """Σ_j ⟨∇_{e_j} f, e_j⟩ over segment k = d/dα f(segment k's embeddings scaled by 1 + α)."""
     prompt, response, boundaries, answer, trigger_len = trace
     was_training = model.training
-    result = gradient_x_input(model, prompt, response, boundaries, answer, trigger_len)
+    result = gradient_x_input(model, T(prompt, response, boundaries, answer, trigger_len))
     assert all(p.grad is None for p in model.parameters())
     assert model.training == was_training
 
@@ -299,8 +303,8 @@ def test_gradient_x_input_matches_finite_difference(model, trace):
 
 def test_gradient_x_input_under_inference_mode(model, short_trace):
     with torch.inference_mode():
-        inside = gradient_x_input(model, *short_trace).values
-    np.testing.assert_allclose(inside, gradient_x_input(model, *short_trace).values, atol=1e-12)
+        inside = gradient_x_input(model, T(*short_trace)).values
+    np.testing.assert_allclose(inside, gradient_x_input(model, T(*short_trace)).values, atol=1e-12)
 
 
 # --- attention --------------------------------------------------------------------------------
@@ -309,7 +313,7 @@ def test_gradient_x_input_under_inference_mode(model, short_trace):
 def test_attention_mass_matches_full_pass_attentions(model, trace):
     prompt, response, boundaries, answer, trigger_len = trace
     assert model.config._attn_implementation == "sdpa"
-    result = attention_mass(model, prompt, response, boundaries, answer, trigger_len)
+    result = attention_mass(model, T(prompt, response, boundaries, answer, trigger_len))
     assert model.config._attn_implementation == "sdpa"  # restored
 
     eager = copy.deepcopy(model)
@@ -325,7 +329,7 @@ def test_attention_mass_matches_full_pass_attentions(model, trace):
     assert (result.values >= 0).all() and result.values.sum() <= 1.0
     # an eager model stays eager and gives the same values
     np.testing.assert_allclose(
-        attention_mass(eager, prompt, response, boundaries, answer, trigger_len).values,
+        attention_mass(eager, T(prompt, response, boundaries, answer, trigger_len)).values,
         result.values,
         atol=1e-7,
     )
@@ -338,7 +342,7 @@ def test_attention_mass_of_uniform_attention(model, trace):
     uniform = copy.deepcopy(model)
     for layer in uniform.model.layers:
         torch.nn.init.zeros_(layer.self_attn.q_proj.weight)
-    values = attention_mass(uniform, prompt, response, boundaries, answer, trigger_len).values
+    values = attention_mass(uniform, T(prompt, response, boundaries, answer, trigger_len)).values
     total = len(prompt) + len(response) + len(answer)
     queries = range(total - (len(answer) - trigger_len), total)
     for k in range(6):
@@ -354,13 +358,14 @@ def test_registry_runs_every_attribution_with_one_signature(model, short_trace):
     config = AttributionConfig(shapley_permutations=8, seed=2)
     assert set(ATTRIBUTIONS) == {"loo", "shapley", "grad_x_input", "attention"}
     for name in ATTRIBUTIONS:
-        result = attribute(name, model, *short_trace, config)
+        result = attribute(name, model, T(*short_trace), config)
         assert result.values.shape == (3,) and np.isfinite(result.values).all()
         assert result.forward_tokens > 0 and result.seconds >= 0
-    direct = shapley_permutation(model, *short_trace, permutations=8, seed=2)
+    direct = shapley_permutation(model, T(*short_trace), permutations=8, seed=2)
     np.testing.assert_array_equal(
-        attribute("shapley", model, *short_trace, config).values, direct.values
+        attribute("shapley", model, T(*short_trace), config).values, direct.values
     )
     np.testing.assert_array_equal(
-        attribute("loo", model, *short_trace).values, leave_one_out(model, *short_trace).values
+        attribute("loo", model, T(*short_trace)).values,
+        leave_one_out(model, T(*short_trace)).values,
     )

@@ -271,7 +271,7 @@ def attribution_estimates(
     config: Any,
 ) -> pl.DataFrame:
     """σ of each attribution in `names` (keys of `ATTRIBUTIONS`), one call per trace."""
-    from rredcot.credit.attribution import attribute
+    from rredcot.credit.attribution import AttributionTrace, attribute
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     rows: list[dict[str, Any]] = []
@@ -279,17 +279,9 @@ def attribution_estimates(
     for t, bounds in tqdm(pairs, desc="attributions", unit="trace"):
         row = by_index[t]
         ids, trigger_len = answer_ids(task, tokenizer, row["answer"])
+        trace = AttributionTrace(row["prompt_ids"], row["response_ids"], bounds, ids, trigger_len)
         for name in names:
-            res = attribute(
-                name,
-                model,
-                row["prompt_ids"],
-                row["response_ids"],
-                bounds,
-                ids,
-                trigger_len,
-                config,
-            )
+            res = attribute(name, model, trace, config)
             rows.append(
                 {
                     "trace_index": t,

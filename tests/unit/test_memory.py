@@ -16,11 +16,13 @@ import torch
 from test_methods import make_batch  # the hand-made TRL batch of the method tests
 from test_rredcot_estimator import ARCH  # 2 layers, GQA, scores that depend on context
 
+import rredcot.memory_plan as memory_plan
 import rredcot.scoring.chunks as chunks_module
 import rredcot.scoring.logprobs as logprobs_module
 import rredcot.scoring.packed as packed_module
 import rredcot.scoring.passes as passes_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.memory_plan import ModelShape, advice, credit_phases, rule_phases
 from rredcot.models.tiny import build_tiny_model
 from rredcot.scoring.chunks import (
     ChunkedEncoding,
@@ -28,6 +30,8 @@ from rredcot.scoring.chunks import (
     plan_resident_chunks,
     resident_slots,
 )
+from rredcot.scoring.encoding import ENCODE_CHUNK
+from rredcot.scoring.layout import SHARED_ROW_MAX, SHARED_ROW_TOKENS, default_row_tokens
 from rredcot.scoring.logprobs import position_ids_from_mask, response_entropies, token_logprobs
 from rredcot.scoring.packed import EncodedTraces, encode_traces
 from rredcot.segmentation import SegmentationConfig, keyword_boundaries
@@ -366,3 +370,93 @@ def test_gpu_paper_shape_runs_tiny_on_the_cpu(repo, tmp_path):
     assert all(int(r["max_resident_tokens"]) < 8 * (32 + int(r["T"])) for r in credit)
     tokens = [int(r["tokens"]) for r in credit]
     assert tokens == sorted(tokens) and tokens[0] > 8 * (32 + 64)
+
+
+# --------------------------------------------------------------------------- memory planner
+
+
+def _plan_shape(model) -> ModelShape:
+    c = model.config
+    return ModelShape(
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.intermediate_size,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.vocab_size,
+        c.tie_word_embeddings,
+        next(model.parameters()).element_size(),
+    )
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_planner_counts_the_models_parameters_and_cache_slot(tokenizer, tied):
+    model = build_tiny_model({**ARCH, "tie_word_embeddings": tied}, tokenizer, seed=0)
+    shape = _plan_shape(model)
+    assert shape.parameters == sum(p.numel() for p in model.parameters())
+    model.set_attn_implementation("sdpa")
+    encoded = encode_traces(model, [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10, 11]])
+    cache = sum(t.numel() * t.element_size() for t in [*encoded.keys, *encoded.values])
+    assert cache == 2 * (3 + 4) * shape.slot_bytes  # rows × (P_max + T_max) slots
+    assert shape.row_tokens() == default_row_tokens("shared", model)
+
+
+def test_planner_constants_are_the_scorers():
+    assert memory_plan.ENCODE_CHUNK == ENCODE_CHUNK
+    assert memory_plan.CHUNK_ELEMENTS == logprobs_module._MAX_CHUNK_ELEMENTS
+    assert (memory_plan.SHARED_ROW_TOKENS, memory_plan.SHARED_ROW_MAX) == (
+        SHARED_ROW_TOKENS,
+        SHARED_ROW_MAX,
+    )
+
+
+def test_credit_estimate_takes_the_largest_resident_chunk():
+    # 2 layers × 1 KV head × 16 × 4 bytes × 2 (keys, values) = 256 bytes a slot
+    shape = ModelShape(2, 32, 64, 2, 1, 16, 259, True, 4)
+    assert shape.slot_bytes == 256
+    prompts, responses = [4, 4, 4, 4], [10, 2, 6, 8]
+    whole = credit_phases(shape, prompts, responses, states=3)
+    assert whole["cache"] == 4 * (4 + 10) * 256 and whole["hidden"] == 4 * 11 * 32 * 4
+    # budget 30 slots: chunks [0, 3] (2 × 14 slots) and [2, 1] (2 × 10): the first is the peak
+    bounded = credit_phases(shape, prompts, responses, states=3, max_resident_tokens=30)
+    assert bounded["cache"] == 2 * 14 * 256 and bounded["hidden"] == 2 * 11 * 32 * 4
+    assert bounded["peak"] < whole["peak"]
+    assert bounded["pruning_bound"] == 0
+    kept = credit_phases(shape, prompts, responses, states=3, prune_max_kept_tokens=100)
+    assert kept["pruning_bound"] == 100 * 256
+
+
+def test_rule_phases_shard_by_hand_and_name_the_key():
+    config = {
+        "model": {"name_or_path": "Qwen/Qwen3-4B-Instruct-2507", "dtype": "bfloat16"},
+        "training": {
+            "num_processes": 8,
+            "accelerate": "zero3",
+            "use_vllm": True,
+            "vllm_gpu_memory_utilization": 0.3,
+            "per_device_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "max_completion_length": 512,
+            "gradient_checkpointing": True,
+        },
+        "estimator": {"rredcot": {}},
+        "segmentation": {"num_segments": 4},
+    }
+    shape = memory_plan.shape_of(config)
+    assert shape == memory_plan.KNOWN_SHAPES["Qwen/Qwen3-4B-Instruct-2507"]
+    assert shape.slot_bytes == 144 * 1024  # the 144 KiB a token
+    n, gpu = shape.parameters, 80 * 10**9
+    phases = rule_phases(config, "rredcot", gpu)
+    assert phases["weights"] == 2 * n // 8 + 2 * n // 36  # shards, and the layer gathered
+    assert phases["gradients"] == 2 * n // 8 and phases["optimizer"] == 12 * n // 8
+    assert phases["vllm"] == int(0.3 * gpu) and phases["credit"] > 0
+    assert rule_phases(config, "grpo", gpu)["credit"] == 0
+    fixed = sum(phases[k] for k in ("weights", "gradients", "optimizer", "vllm"))
+    assert phases["peak"] == fixed + max(phases["training"], phases["credit"])
+    assert advice(phases, gpu) is None
+    assert "training.per_device_batch_size" in advice(phases, fixed)
+    unknown = {**config, "model": {"name_or_path": "someone/else"}}
+    assert rule_phases(unknown, "grpo", gpu) is None
+    tiny = memory_plan.shape_of({"model": {"name_or_path": None, "arch": ARCH}})
+    assert (tiny.layers, tiny.vocab, tiny.bytes_per_value) == (2, 259, 4)

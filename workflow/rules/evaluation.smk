@@ -18,7 +18,7 @@ rule generate:
     resources:
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),
-        gpu=res("generate", "gpu"),
+        **gpu_request("generate"),
     params:
         policy=policy_path,
         settings=lambda w: arg(

@@ -21,7 +21,7 @@ rule reference_solutions:
     resources:
         mem_mb=res("reference_solutions", "mem_mb"),
         runtime=res("reference_solutions", "runtime"),
-        gpu=res("reference_solutions", "gpu"),
+        **gpu_request("reference_solutions"),
     params:
         policy=lambda w, input: input.model,
         settings=lambda w: arg(

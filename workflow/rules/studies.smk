@@ -91,7 +91,7 @@ rule study_traces:
     resources:
         mem_mb=res("study_traces", "mem_mb"),
         runtime=res("study_traces", "runtime"),
-        gpu=res("study_traces", "gpu"),
+        **gpu_request("study_traces"),
     params:
         policy=lambda w, input: input.model,
         settings=arg(
@@ -127,7 +127,7 @@ rule study_ground_truth:
     resources:
         mem_mb=res("study_ground_truth", "mem_mb"),
         runtime=res("study_ground_truth", "runtime"),
-        gpu=res("study_ground_truth", "gpu"),
+        **gpu_request("study_ground_truth"),
     params:
         policy=lambda w, input: input.model,
         settings=arg(
@@ -160,7 +160,7 @@ rule study_mc:
     resources:
         mem_mb=res("study_mc", "mem_mb"),
         runtime=res("study_mc", "runtime"),
-        gpu=res("study_mc", "gpu"),
+        **gpu_request("study_mc"),
     params:
         policy=lambda w, input: input.model,
         settings=arg(
@@ -195,7 +195,7 @@ rule study_scored:
     resources:
         mem_mb=res("study_scored", "mem_mb"),
         runtime=res("study_scored", "runtime"),
-        gpu=res("study_scored", "gpu"),
+        **gpu_request("study_scored"),
     params:
         policy=lambda w, input: input.model,
         settings=arg(
@@ -390,7 +390,7 @@ rule study_sweep:
     resources:
         mem_mb=res("study_sweep", "mem_mb"),
         runtime=res("study_sweep", "runtime"),
-        gpu=res("study_sweep", "gpu"),
+        **gpu_request("study_sweep"),
     params:
         policy=lambda w, input: input.model,
         settings=arg(

@@ -44,7 +44,7 @@ rule train_policy:
     resources:
         mem_mb=res("train_policy", "mem_mb"),
         runtime=res("train_policy", "runtime"),
-        gpu=res("train_policy", "gpu"),
+        **gpu_request("train_policy"),
     params:
         launcher=lambda w: training_launcher(w.method, int(w.seed)),
         settings=lambda w: arg(training_settings(w.method, int(w.seed))),

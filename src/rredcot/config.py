@@ -336,6 +336,33 @@ def mirror_error(config_value: str | None) -> str | None:
     )
 
 
+RESOURCES_ENV = "RREDCOT_RESOURCES"
+
+
+def resource_overrides(
+    env: Mapping[str, str] = os.environ, schema: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per-rule resources from $RREDCOT_RESOURCES (YAML in the shape of config `resources`),
+    which override the config's (a cluster's limits without editing the config); {} when
+    unset. A malformed value is a ConfigError naming the variable."""
+    text = env.get(RESOURCES_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"environment variable {RESOURCES_ENV}: not YAML ({err})") from None
+    schema = load_schema() if schema is None else schema
+    entry = schema["definitions"]["resources"]
+    found = Draft202012Validator({"type": "object", "additionalProperties": entry}).iter_errors(
+        values
+    )
+    errors = [_describe(e, RESOURCES_ENV) for e in sorted(found, key=lambda e: str(e.path))]
+    if errors:
+        raise ConfigError(f"environment variable {RESOURCES_ENV}: " + "; ".join(errors))
+    return values
+
+
 def model_path_error(name_or_path: str | None) -> str | None:
     """Why `model.name_or_path` cannot be used when it names a local path (no checkpoint there);
     None for null (the tiny model), a Hub id, or a checkpoint directory."""

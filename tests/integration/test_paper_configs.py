@@ -299,3 +299,51 @@ def test_a_context_too_long_for_the_vllm_share_stops_at_load_time(
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Building DAG of jobs" not in out, out[-2000:]
     assert "run grpo: config key 'training.vllm_max_model_length'" in out, out[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        pytest.param(
+            {"RREDCOT_SLURM_GPU_MODEL": "h100"},
+            {"train_policy": {"gpu": "8", "gpu_model": "h100"}, "grade": {"gpu": "0"}},
+            id="gpu_model",
+        ),
+        pytest.param(
+            {"RREDCOT_SLURM_GRES": "gpu:a100"},
+            {
+                "train_policy": {"gpu": "0", "gres": "gpu:a100:8"},
+                "generate": {"gres": "gpu:a100:1"},
+            },
+            id="gres",
+        ),
+        pytest.param(
+            {"RREDCOT_RESOURCES": "{train_policy: {runtime: 1440, mem_mb: 240000}}"},
+            {
+                "train_policy": {"runtime": "1440", "mem_mb": "240000"},
+                "generate": {"runtime": "720"},
+            },
+            id="limits",
+        ),
+    ],
+)
+def test_slurm_requests_from_the_environment(
+    env: dict[str, str], want: dict[str, dict[str, str]], tmp_path: Path, no_slurm_clients
+) -> None:
+    """A cluster's GPU model, GRES name and limits come from the environment, the config's
+    values staying the defaults; only GPU jobs ask for a model or GRES."""
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        pytest.skip('snakemake-executor-plugin-slurm is not installed (pip install -e ".[slurm]")')
+    bin_dir, calls = no_slurm_clients
+    config = REPO / "configs" / "paper_qwen3_4b.yaml"
+    proc = dry_run(config, tmp_path, bin_dir, slurm_profile_without_conda(tmp_path), env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = {j.rule: j for j in parse_jobs(proc.stdout) if j.runs_something}
+    for rule, resources in want.items():
+        got = {k: jobs[rule].resources.get(k, "0" if k == "gpu" else None) for k in resources}
+        assert got == resources, (rule, jobs[rule].resources)
+    cpu_jobs = [
+        j for j in jobs.values() if j.resources.get("gpu", "0") == "0" and "gres" not in j.resources
+    ]
+    assert all("gpu_model" not in j.resources for j in cpu_jobs)
+    assert not cluster_calls(calls)

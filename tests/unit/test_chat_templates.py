@@ -106,3 +106,14 @@ def test_answer_trigger_comes_after_the_thinking_block() -> None:
     assert inside.texts[0] == "\n</think>\n\nFinal answer: \\boxed{2}"
     assert outside.texts[0] == "\n\nFinal answer: \\boxed{2}"
     assert inside.texts[1] == "\n1 + 1 = 2.\n</think>\n\nFinal answer: \\boxed{2}"
+
+
+def test_attribution_answer_closes_an_open_thinking_block() -> None:
+    from rredcot.studies.estimators import answer_ids
+
+    tok = r1_tokenizer()
+    ids, trigger_len = answer_ids(MathTask(), tok, "2", thinking=True)
+    assert tok.decode(ids) == "\n</think>\n\nFinal answer: \\boxed{2}"
+    assert tok.decode(ids[:trigger_len]) == "\n</think>\n\nFinal answer: \\boxed{"
+    plain, plain_len = answer_ids(MathTask(), tok, "2")
+    assert tok.decode(plain) == "\n\nFinal answer: \\boxed{2}" and plain_len < trigger_len

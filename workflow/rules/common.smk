@@ -1,6 +1,7 @@
 # Config validation, input functions and wildcard constraints shared by every rule.
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from rredcot.config import (  # noqa: E402
     load_schema,
     mirror_error,
     model_path_error,
+    resource_overrides,
     validate_config,
 )
 from rredcot.data.registry import (  # noqa: E402
@@ -91,13 +93,35 @@ def arg(value) -> str:
     return shlex.quote(json.dumps(value, sort_keys=True))
 
 
+# $RREDCOT_RESOURCES (YAML, the shape of config `resources`) overrides the config's values,
+# e.g. a partition's shorter time limit or smaller nodes:
+#   export RREDCOT_RESOURCES='{train_policy: {runtime: 1440, mem_mb: 240000}}'
+RESOURCE_OVERRIDES = resource_overrides()
+
+
 def res(rule: str, key: str):
-    """A resource of `rule` from config `resources` (rule entry, then `default`)."""
-    table = config.get("resources", {})
+    """A resource of `rule`: $RREDCOT_RESOURCES, then config `resources` (rule entry, then
+    `default`)."""
     defaults = {"mem_mb": 4000, "runtime": 60, "cpus_per_task": 1, "gpu": 0}
-    return table.get(rule, {}).get(
-        key, table.get("default", {}).get(key, defaults[key])
-    )
+    for table in (RESOURCE_OVERRIDES, config.get("resources", {})):
+        for entry in (rule, "default"):
+            if key in table.get(entry, {}):
+                return table[entry][key]
+    return defaults[key]
+
+
+def gpu_request(rule: str) -> dict:
+    """The GPU resources of `rule`'s jobs: `gpu` N (local: --resources gating and
+    rredcot.devices; SLURM: --gpus=N); with $RREDCOT_SLURM_GRES (e.g. `gpu`, `gpu:a100`) a
+    GRES request `gres=<it>:N` instead (gpu 0, so --gpus is not added too); with
+    $RREDCOT_SLURM_GPU_MODEL the model (--gpus=<model>:N). Jobs without GPUs get neither.
+    """
+    n = res(rule, "gpu")
+    gres = os.environ.get("RREDCOT_SLURM_GRES", "").strip()
+    model = os.environ.get("RREDCOT_SLURM_GPU_MODEL", "").strip()
+    if n and gres:
+        return {"gpu": 0, "gres": f"{gres}:{n}"}
+    return {"gpu": n, "gpu_model": model} if n and model else {"gpu": n}
 
 
 # Every GPU rule's command runs through the slot allocator (rredcot.devices): a local job with

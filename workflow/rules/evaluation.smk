@@ -16,10 +16,11 @@ rule generate:
         CONDA_ENV
     threads: res("generate", "cpus_per_task")
     resources:
+        **gpu_request("generate"),
         mem_mb=res("generate", "mem_mb"),
         runtime=res("generate", "runtime"),
-        gpu=res("generate", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=policy_path,
         settings=lambda w: arg(
             {
@@ -30,7 +31,7 @@ rule generate:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.generate --policy {params.policy} --method {wildcards.method} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.generate --policy {params.policy} --method {wildcards.method} "
         "--problems {input.problems} "
         "--params {params.settings} --threads {threads} --out {output.generations} > {log} 2>&1"
 

@@ -19,10 +19,11 @@ rule reference_solutions:
         CONDA_ENV
     threads: res("reference_solutions", "cpus_per_task")
     resources:
+        **gpu_request("reference_solutions"),
         mem_mb=res("reference_solutions", "mem_mb"),
         runtime=res("reference_solutions", "runtime"),
-        gpu=res("reference_solutions", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=lambda w, input: input.model,
         settings=lambda w: arg(
             {
@@ -34,7 +35,7 @@ rule reference_solutions:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.reference_solutions --problems {input.problems} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.reference_solutions --problems {input.problems} "
         "--policy {params.policy} --params {params.settings} --threads {threads} "
         "--out {output.references} --missing {output.missing} --summary {output.summary} "
         "> {log} 2>&1"

@@ -89,10 +89,11 @@ rule study_traces:
         CONDA_ENV
     threads: res("study_traces", "cpus_per_task")
     resources:
+        **gpu_request("study_traces"),
         mem_mb=res("study_traces", "mem_mb"),
         runtime=res("study_traces", "runtime"),
-        gpu=res("study_traces", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=lambda w, input: input.model,
         settings=arg(
             {
@@ -102,7 +103,7 @@ rule study_traces:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_traces --policy {params.policy} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.study_traces --policy {params.policy} "
         "--problems {input.problems} --sampled {input.sampled} --params {params.settings} "
         "--threads {threads} --out {output.traces} --segmentations {output.segmentations} "
         "--study-set {output.study_set} > {log} 2>&1"
@@ -125,10 +126,11 @@ rule study_ground_truth:
         CONDA_ENV
     threads: res("study_ground_truth", "cpus_per_task")
     resources:
+        **gpu_request("study_ground_truth"),
         mem_mb=res("study_ground_truth", "mem_mb"),
         runtime=res("study_ground_truth", "runtime"),
-        gpu=res("study_ground_truth", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=lambda w, input: input.model,
         settings=arg(
             {
@@ -138,7 +140,7 @@ rule study_ground_truth:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_ground_truth --policy {params.policy} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.study_ground_truth --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--params {params.settings} --threads {threads} --out {output.rollouts} > {log} 2>&1"
 
@@ -158,10 +160,11 @@ rule study_mc:
         CONDA_ENV
     threads: res("study_mc", "cpus_per_task")
     resources:
+        **gpu_request("study_mc"),
         mem_mb=res("study_mc", "mem_mb"),
         runtime=res("study_mc", "runtime"),
-        gpu=res("study_mc", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=lambda w, input: input.model,
         settings=arg(
             {
@@ -173,7 +176,7 @@ rule study_mc:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_mc --policy {params.policy} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.study_mc --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
 
@@ -193,10 +196,11 @@ rule study_scored:
         CONDA_ENV
     threads: res("study_scored", "cpus_per_task")
     resources:
+        **gpu_request("study_scored"),
         mem_mb=res("study_scored", "mem_mb"),
         runtime=res("study_scored", "runtime"),
-        gpu=res("study_scored", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=lambda w, input: input.model,
         settings=arg(
             {
@@ -207,7 +211,7 @@ rule study_scored:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_scored --policy {params.policy} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.study_scored --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
 
@@ -388,10 +392,11 @@ rule study_sweep:
         CONDA_ENV
     threads: res("study_sweep", "cpus_per_task")
     resources:
+        **gpu_request("study_sweep"),
         mem_mb=res("study_sweep", "mem_mb"),
         runtime=res("study_sweep", "runtime"),
-        gpu=res("study_sweep", "gpu"),
     params:
+        gpu_job=GPU_JOB,
         policy=lambda w, input: input.model,
         settings=arg(
             {
@@ -402,7 +407,7 @@ rule study_sweep:
             }
         ),
     shell:
-        "{GPU_JOB} --gpus {resources.gpu} -- python -m rredcot.steps.study_sweep --policy {params.policy} "
+        "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.study_sweep --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
         "--ground-truth {input.ground_truth} --params {params.settings} --threads {threads} "
         "--out {output.table} --figure {output.figure} > {log} 2>&1"

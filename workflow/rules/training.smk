@@ -42,12 +42,13 @@ rule train_policy:
         CONDA_ENV
     threads: res("train_policy", "cpus_per_task")
     resources:
+        **gpu_request("train_policy"),
+        # wall-time checkpoints (a resource, so a profile sets it: the SLURM one does); 0: none
         mem_mb=res("train_policy", "mem_mb"),
         runtime=res("train_policy", "runtime"),
-        gpu=res("train_policy", "gpu"),
-        # wall-time checkpoints (a resource, so a profile sets it: the SLURM one does); 0: none
         save_minutes=config["training"]["save_minutes"] or 0,
     params:
+        gpu_job=GPU_JOB,
         launcher=lambda w: training_launcher(w.method, int(w.seed)),
         settings=lambda w: arg(training_settings(w.method, int(w.seed))),
         dtype=config["model"]["dtype"],
@@ -67,7 +68,7 @@ rule train_policy:
     # exec: the trainer replaces the job's shell, so a SIGTERM/SIGUSR1 from SLURM reaches it with
     # no shell in between that would die first and end the job before the checkpoint is written
     shell:
-        "exec {GPU_JOB} --gpus {resources.gpu} -- {params.launcher} rredcot.steps.train_policy "
+        "exec {params.gpu_job} --gpus {resources.gpu} -- {params.launcher} rredcot.steps.train_policy "
         "--model {input.model} "
         "--train {input.train} --params {params.settings} --dtype {params.dtype} "
         "--threads {threads} --out {params.run_dir} {params.curve} {params.keep_stale} "

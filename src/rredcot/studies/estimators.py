@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from rredcot.models.chat import THINK_CLOSE_TRIGGER
 from rredcot.studies.rollouts import (
     forward_tokens_per_trace,
     sample_rollouts,
@@ -248,14 +249,15 @@ def rredcot_estimates(
     return _frame(rows)
 
 
-def answer_ids(task: Any, tokenizer: Any, answer: str) -> tuple[list[int], int]:
-    """(A ⊕ y* ⊕ close token ids, len(A)) for the attribution value function f."""
-    trigger = list(tokenizer(task.answer_trigger, add_special_tokens=False)["input_ids"])
-    ids = list(
-        tokenizer(task.answer_trigger + answer + task.answer_close, add_special_tokens=False)[
-            "input_ids"
-        ]
-    )
+def answer_ids(
+    task: Any, tokenizer: Any, answer: str, thinking: bool = False
+) -> tuple[list[int], int]:
+    """(A ⊕ y* ⊕ close token ids, len(A)) for the attribution value function f; `thinking`:
+    the trace ends inside an open `<think>` block, so A closes it first (as RREDCoT's
+    continuations do, `rredcot.credit.reference_paths.build_continuations`)."""
+    text = (THINK_CLOSE_TRIGGER if thinking else "") + task.answer_trigger
+    trigger = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = list(tokenizer(text + answer + task.answer_close, add_special_tokens=False)["input_ids"])
     if ids[: len(trigger)] != trigger:
         raise ValueError("tokenizer: A ⊕ y* ⊕ close does not start with the tokens of A")
     return ids, len(trigger)
@@ -272,14 +274,18 @@ def attribution_estimates(
 ) -> pl.DataFrame:
     """σ of each attribution in `names` (keys of `ATTRIBUTIONS`), one call per trace."""
     from rredcot.credit.attribution import AttributionTrace, attribute
+    from rredcot.credit.rredcot import thinking_states
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     rows: list[dict[str, Any]] = []
     pairs = list(segmentation.select("trace_index", "boundaries").iter_rows())
     for t, bounds in tqdm(pairs, desc="attributions", unit="trace"):
         row = by_index[t]
-        ids, trigger_len = answer_ids(task, tokenizer, row["answer"])
-        trace = AttributionTrace(row["prompt_ids"], row["response_ids"], bounds, ids, trigger_len)
+        response = row["response_ids"]
+        # one trigger per trace: whether its whole response leaves a <think> block open
+        thinking = thinking_states(tokenizer, row["prompt_ids"], response, [len(response)])[0]
+        ids, trigger_len = answer_ids(task, tokenizer, row["answer"], thinking)
+        trace = AttributionTrace(row["prompt_ids"], response, bounds, ids, trigger_len)
         for name in names:
             res = attribute(name, model, trace, config)
             rows.append(

@@ -228,7 +228,8 @@ def test_rredcot_method_under_a_budget_gives_the_same_sigmas(model, tokenizer, e
     task, eos = get_task("synthetic"), [tokenizer.eos_token_id]
     seg = SegmentationConfig(num_segments=3)  # hybrid: reads the encoding's entropies
     free = build_method("rredcot", task, tokenizer, eos, segmentation=seg)
-    sigmas, bounds, tokens, _ = free.sigmas(batch, model)
+    credit = free.segment_credit(batch, model)
+    sigmas, bounds, tokens = credit.sigmas, credit.boundaries, credit.forward_tokens
     assert len(encodings) == 1
     encodings.clear()
     widths = [len(batch.prompt(i)) + len(batch.completion(i)) for i in range(len(batch))]
@@ -241,7 +242,8 @@ def test_rredcot_method_under_a_budget_gives_the_same_sigmas(model, tokenizer, e
         segmentation=seg,
         rredcot=RREDCoTConfig(max_resident_tokens=budget),
     )
-    got, got_bounds, got_tokens, _ = bounded.sigmas(batch, model)
+    limited = bounded.segment_credit(batch, model)
+    got, got_bounds, got_tokens = limited.sigmas, limited.boundaries, limited.forward_tokens
     assert len(encodings) > 2 and all(resident_slots(*e) <= budget for e in encodings)
     assert got_bounds == bounds
     for a, b in zip(got, sigmas, strict=True):

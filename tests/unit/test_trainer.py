@@ -278,6 +278,13 @@ def test_settings_parse_nested_blocks_and_name_bad_keys():
         TrainingSettings.from_dict({"credit": {"gamma": 1.0}})
 
 
+def test_a_warm_up_the_schedule_ignores_is_refused_naming_both_keys():
+    with pytest.raises(ValueError, match="training.warmup_ratio: 0.1 .* training.lr_scheduler"):
+        TrainingSettings(lr_scheduler="constant", warmup_ratio=0.1)
+    assert TrainingSettings(lr_scheduler="constant_with_warmup", warmup_ratio=0.1).warmup_ratio
+    assert TrainingSettings(lr_scheduler="constant", warmup_ratio=0.0).lr_scheduler == "constant"
+
+
 def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
     table = pl.DataFrame(
         {

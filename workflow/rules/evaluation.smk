@@ -53,7 +53,10 @@ rule grade:
         runtime=res("grade", "runtime"),
     params:
         settings=lambda w: arg(
-            {"task": task_of(w.benchmark), **eval_settings(w.benchmark, generates=False)}
+            {
+                "task": task_of(w.benchmark),
+                **eval_settings(w.benchmark, generates=False),
+            }
         ),
     shell:
         "python -m rredcot.steps.grade --generations {input.generations} "

@@ -59,7 +59,9 @@ rule train_policy:
             else ""
         ),
         save_minutes=lambda w, resources: (
-            f"--save-minutes {resources.save_minutes}" if resources.save_minutes else ""
+            f"--save-minutes {resources.save_minutes}"
+            if resources.save_minutes
+            else ""
         ),
     # exec: the trainer replaces the job's shell, so a SIGTERM/SIGUSR1 from SLURM reaches it with
     # no shell in between that would die first and end the job before the checkpoint is written

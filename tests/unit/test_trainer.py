@@ -555,6 +555,60 @@ def test_checkpoint_guard_saves_by_wall_time_and_refuses_a_bad_interval():
             CheckpointGuard(bad)
 
 
+# Two CPU processes (gloo), as `accelerate launch` starts them: the signal reaches rank 1 only,
+# the wall-time interval has run out on rank 0 only.
+AGREE = """
+import json, os, signal, sys, time
+from accelerate import Accelerator
+from transformers import TrainerControl, TrainerState
+from rredcot.training.run import CheckpointGuard
+
+accelerator = Accelerator(cpu=True)
+guard = CheckpointGuard(save_minutes=30)
+guard.accelerator = accelerator
+rank = accelerator.process_index
+if rank == 1:
+    guard.received = signal.SIGTERM
+if rank == 0:
+    guard._last_save = time.monotonic() - 31 * 60
+control = guard.on_step_end(None, TrainerState(global_step=5), TrainerControl())
+n = accelerator.num_processes
+print(json.dumps({"stop": control.should_training_stop, "save": control.should_save, "n": n}))
+"""
+
+
+@pytest.mark.slow
+def test_processes_save_and_stop_at_the_same_step(tmp_path):
+    """Under `accelerate launch` a signal or an elapsed interval seen by one process makes every
+    process save (and stop) at the same step, or they would wait on each other's collectives."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", AGREE],
+            env={
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "WORLD_SIZE": "2",
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": "2",
+            },  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [p.communicate() for p in procs]
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+        assert json.loads(out.splitlines()[-1]) == {"stop": True, "save": True, "n": 2}
+
+
 HOLD_LOCK = """
 import sys
 from rredcot.training.run import run_dir_lock

@@ -252,6 +252,9 @@ def test_slurm_profile_dry_run(
         assert job.resources["slurm_account"] == "proj-42", job
         assert job.resources["slurm_partition"] == "gpu", job
         assert job.resources["nodes"] == "1", job
+    for job in (j for j in runs if j.rule == "train_policy"):  # issue 32: survive the limit
+        assert "--signal=TERM@900" in job.resources["slurm_extra"], job
+        assert job.shell.startswith("exec ") and "--save-minutes 30" in job.shell, job.shell
     assert not cluster_calls(calls)
 
 

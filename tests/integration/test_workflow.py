@@ -389,3 +389,22 @@ def test_an_unknown_variant_method_stops_naming_the_key(repo, tmp_path, run_snak
         repo, tmp_path, "--configfile", str(repo / "configs/smoke.yaml"), str(extra), "-n"
     )
     assert proc.returncode != 0 and "training.variants.0.method" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_the_vllm_block_reaches_only_the_rules_that_generate_with_vllm(
+    repo, tmp_path, run_snakemake, backend
+):
+    """Issue 32: evaluation.vllm is in the params (and so the rerun triggers) of generating rules
+    under backend vllm only; under hf, and for grading and tables always, it is left out."""
+    extra = tmp_path / "vllm.yaml"
+    extra.write_text(f"evaluation: {{backend: {backend}, vllm: {{max_num_seqs: 7}}}}\n")
+    proc = run_snakemake(
+        repo, tmp_path, "--configfile", str(repo / "configs/smoke.yaml"), str(extra), "-n", "-p"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line for line in proc.stdout.splitlines() if "python -m rredcot.steps." in line]
+    with_block = {c.split("rredcot.steps.")[1].split()[0] for c in commands if "max_num_seqs" in c}
+    generating = {"generate", "reference_solutions", "study_traces", "study_ground_truth"}
+    generating.add("study_mc")  # the rules that sample (rollouts included) with the backend
+    assert with_block == (generating if backend == "vllm" else set()), with_block

@@ -294,6 +294,15 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
         "estimator: {rredcot: {suffixes: 4, value: ref_suffix_max}}",
         ["config key 'estimator.rredcot.value'", "'ref_suffix_sum' was expected"],
     ),
+    # issue 32: settings a component would ignore
+    (
+        "training: {lr_scheduler: constant, warmup_ratio: 0.1}",
+        ["config key 'training.warmup_ratio'", "training.lr_scheduler 'constant' has none"],
+    ),
+    (  # the smoke config generates with hf: the typo is caught all the same
+        "evaluation: {vllm: {max_modle_len: 4096}}",
+        ["config key 'evaluation.vllm'", "'max_modle_len' (did you mean 'max_model_len'?)"],
+    ),
 ]
 
 
@@ -331,3 +340,22 @@ def test_extra_seeds_are_checked_naming_the_key(default, schema, extra, message)
     default["training"]["extra_seeds"] = extra
     with pytest.raises(ConfigError, match=message):
         validate_config(default, schema)
+
+
+def test_a_warm_up_with_a_schedule_that_has_one_is_accepted(repo, schema):
+    config = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
+    config["training"].update(lr_scheduler="cosine", warmup_ratio=0.1)
+    config["evaluation"]["vllm"] = {"max_model_len": 4096, "enforce_eager": True}
+    validate_config(config, schema)
+
+
+def test_the_slurm_profile_resubmits_and_signals_training_early(repo):
+    """Issue 28 item 4 / issue 32: at least 3 retries, each resuming; SIGTERM 15 minutes before
+    the time limit and a checkpoint every 30 minutes for training (rule train_policy reads the
+    save_minutes resource)."""
+    profile = yaml.safe_load((repo / "workflow/profiles/slurm/profile.yaml").read_text())
+    assert profile["retries"] >= 3
+    train = profile["set-resources"]["train_policy"]
+    assert train["slurm_extra"] == "'--signal=TERM@900'" and train["save_minutes"] == 30
+    rule = (repo / "workflow/rules/training.smk").read_text()
+    assert "--save-minutes {resources.save_minutes}" in rule and '"exec {params.launcher}' in rule

@@ -21,6 +21,8 @@ from rredcot.generation import (
     backend_from_settings,
     derive_seed,
     get_backend,
+    vllm_block_error,
+    vllm_options,
 )
 from rredcot.generation.hf import HFBackend, _GumbelSampler
 from rredcot.generation.vllm import (
@@ -28,6 +30,7 @@ from rredcot.generation.vllm import (
     completions_from_request_outputs,
     cpu_engine_options,
 )
+from rredcot.generation.vllm_arguments import VLLM_LLM_ARGUMENTS, VLLM_VERSION
 
 PROMPTS = ["Compute 2+3.", "x", "A somewhat longer prompt, so that the batch is padded."]
 
@@ -418,6 +421,40 @@ def test_vllm_defaults_without_a_vllm_block(fake_vllm: Any) -> None:
     ]
     assert {k: v for k, v in VLLM_DEFAULTS.items() if v is not None}.items() <= (
         fake_vllm.llm_kwargs[0].items()
+    )
+
+
+def test_a_vllm_key_that_is_no_engine_argument_is_refused_before_vllm_loads(
+    fake_vllm: Any,
+) -> None:
+    """Issue 32: a typo in evaluation.vllm fails when the settings are read, naming the key and
+    the nearest engine argument, and no engine is built; engine arguments beyond the defaults
+    pass."""
+    with pytest.raises(ValueError, match=r"'max_modle_len' \(did you mean 'max_model_len'\?\)"):
+        backend_from_settings({"backend": "vllm", "vllm": {"max_modle_len": 64}}, "m")
+    assert fake_vllm.llm_kwargs == []
+    with pytest.raises(ValueError, match="'no_such_knob' is not a vllm.LLM engine argument"):
+        vllm_options({"no_such_knob": 1})
+    assert vllm_block_error({"enforce_eager": True, "max_num_batched_tokens": 8}) is None
+    assert vllm_block_error(None) is None
+    assert VLLM_DEFAULTS.keys() <= VLLM_LLM_ARGUMENTS
+
+
+@pytest.mark.vllm
+def test_the_shipped_engine_argument_names_are_the_installed_vllms() -> None:
+    """The names `vllm_block_error` checks against, compared with the real engine's:
+    `EngineArgs`' fields and `LLM.__init__`'s own parameters."""
+    import dataclasses
+    import inspect
+
+    vllm = pytest.importorskip("vllm")
+    if not hasattr(vllm, "EngineArgs"):
+        pytest.skip("not the real vllm package")
+    names = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    names |= set(inspect.signature(vllm.LLM.__init__).parameters) - {"self", "kwargs"}
+    assert names == VLLM_LLM_ARGUMENTS, (
+        f"vllm {vllm.__version__} (the list is {VLLM_VERSION}'s): missing "
+        f"{sorted(names - VLLM_LLM_ARGUMENTS)}, gone {sorted(VLLM_LLM_ARGUMENTS - names)}"
     )
 
 

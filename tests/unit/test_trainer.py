@@ -279,6 +279,13 @@ def test_settings_parse_nested_blocks_and_name_bad_keys():
         TrainingSettings.from_dict({"credit": {"gamma": 1.0}})
 
 
+def test_a_warm_up_the_schedule_ignores_is_refused_naming_both_keys():
+    with pytest.raises(ValueError, match="training.warmup_ratio: 0.1 .* training.lr_scheduler"):
+        TrainingSettings(lr_scheduler="constant", warmup_ratio=0.1)
+    assert TrainingSettings(lr_scheduler="constant_with_warmup", warmup_ratio=0.1).warmup_ratio
+    assert TrainingSettings(lr_scheduler="constant", warmup_ratio=0.0).lr_scheduler == "constant"
+
+
 def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
     table = pl.DataFrame(
         {
@@ -549,6 +556,60 @@ def test_checkpoint_guard_saves_by_wall_time_and_refuses_a_bad_interval():
     for bad in (0, -5, float("nan")):
         with pytest.raises(ValueError, match="training.save_minutes"):
             CheckpointGuard(bad)
+
+
+# Two CPU processes (gloo), as `accelerate launch` starts them: the signal reaches rank 1 only,
+# the wall-time interval has run out on rank 0 only.
+AGREE = """
+import json, os, signal, sys, time
+from accelerate import Accelerator
+from transformers import TrainerControl, TrainerState
+from rredcot.training.run import CheckpointGuard
+
+accelerator = Accelerator(cpu=True)
+guard = CheckpointGuard(save_minutes=30)
+guard.accelerator = accelerator
+rank = accelerator.process_index
+if rank == 1:
+    guard.received = signal.SIGTERM
+if rank == 0:
+    guard._last_save = time.monotonic() - 31 * 60
+control = guard.on_step_end(None, TrainerState(global_step=5), TrainerControl())
+n = accelerator.num_processes
+print(json.dumps({"stop": control.should_training_stop, "save": control.should_save, "n": n}))
+"""
+
+
+@pytest.mark.slow
+def test_processes_save_and_stop_at_the_same_step(tmp_path):
+    """Under `accelerate launch` a signal or an elapsed interval seen by one process makes every
+    process save (and stop) at the same step, or they would wait on each other's collectives."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", AGREE],
+            env={
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "WORLD_SIZE": "2",
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": "2",
+            },  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [p.communicate() for p in procs]
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+        assert json.loads(out.splitlines()[-1]) == {"stop": True, "save": True, "n": 2}
 
 
 HOLD_LOCK = """

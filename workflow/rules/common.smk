@@ -296,8 +296,8 @@ def policy_path(wildcards) -> str:
 
 
 def uses_vllm_block(generates: bool) -> bool:
-    """Does a rule read `evaluation.vllm`? Only one that generates, under backend vllm (the
-    block stays out of every other rule's params, so editing it reruns nothing else)."""
+    """Whether a job reads `evaluation.vllm`. Only one that generates, under backend vllm, does;
+    the block stays out of every other job's params, so editing it reruns nothing else."""
     return generates and config["evaluation"]["backend"] == "vllm"
 
 

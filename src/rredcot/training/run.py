@@ -150,7 +150,8 @@ class TrainingSettings:
     lr_scheduler: str = "constant"
     """One of `LR_SCHEDULERS`."""
     warmup_ratio: float = 0.0
-    """Share of max_steps with linear warm-up, in [0, 1)."""
+    """Share of max_steps with linear warm-up, in [0, 1); above 0 it needs a scheduler with a
+    warm-up (`constant` has none: refused, `training_rules.warmup_error`)."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
     max_grad_norm: float = 1.0

@@ -297,7 +297,8 @@ def policy_path(wildcards) -> str:
 
 def uses_vllm_block(generates: bool) -> bool:
     """Whether a job reads `evaluation.vllm`. Only one that generates, under backend vllm, does;
-    the block stays out of every other job's params, so editing it reruns nothing else."""
+    the block stays out of every other job's params, so editing it reruns nothing else.
+    """
     return generates and config["evaluation"]["backend"] == "vllm"
 
 

@@ -358,4 +358,6 @@ def test_the_slurm_profile_resubmits_and_signals_training_early(repo):
     train = profile["set-resources"]["train_policy"]
     assert train["slurm_extra"] == "'--signal=TERM@900'" and train["save_minutes"] == 30
     rule = (repo / "workflow/rules/training.smk").read_text()
-    assert "--save-minutes {resources.save_minutes}" in rule and '"exec {params.launcher}' in rule
+    assert "--save-minutes {resources.save_minutes}" in rule
+    # exec: no shell between the signal and the device wrapper, which exec's the trainer
+    assert '"exec {params.gpu_job} --gpus {resources.gpu} -- {params.launcher}' in rule

@@ -32,13 +32,58 @@ def _restore_environ() -> Iterator[None]:
     os.environ.update(saved)
 
 
+REQUIRE_MIRROR_ENV = "RREDCOT_REQUIRE_MIRROR"
+"""Set to 1 (CI does), a missing benchmark mirror fails the tests that need it instead of
+skipping them, so a run can never pass by skipping."""
+
+
+def mirror_dir() -> Path:
+    """Where the tests look for the benchmark mirror: the environment variable RREDCOT_MIRROR,
+    else config.yaml's `data.mirror` (relative to the repository root, where the README runs
+    pytest and Snakemake)."""
+    import yaml
+
+    env = os.environ.get("RREDCOT_MIRROR", "").strip()
+    if env:
+        return Path(env).expanduser()
+    configured = yaml.safe_load((REPO / "config.yaml").read_text())["data"]["mirror"]
+    return REPO / str(configured)
+
+
+def missing_mirror(what: str) -> None:
+    """Skip (or, with RREDCOT_REQUIRE_MIRROR=1, fail) a test that needs `what` of the mirror."""
+    reason = (
+        f"{what} not found: this test needs the benchmark mirror (set the environment variable "
+        "RREDCOT_MIRROR, or config.yaml's data.mirror, to a directory of <dataset>.jsonl files)"
+    )
+    if os.environ.get(REQUIRE_MIRROR_ENV, "").strip() == "1":
+        pytest.fail(f"{reason}; {REQUIRE_MIRROR_ENV}=1 makes a missing mirror a failure")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def mirror() -> Path:
-    """The offline benchmark mirror (RREDCOT_MIRROR, else ../shared/data/benchmarks)."""
-    path = Path(os.environ.get("RREDCOT_MIRROR") or REPO.parent / "shared" / "data" / "benchmarks")
+    """The offline benchmark mirror (`mirror_dir`); a test that asks for it is skipped when it
+    is absent, and fails when RREDCOT_REQUIRE_MIRROR=1. Only tests that read real benchmark
+    rows ask for it: the synthetic world, the smoke DAG and the dry runs need none."""
+    path = mirror_dir()
     if not path.is_dir():
-        pytest.skip(f"benchmark mirror not found at {path} (set RREDCOT_MIRROR)")
+        missing_mirror(f"the benchmark mirror {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def mirror_file(mirror: Path) -> Callable[[str], Path]:
+    """`mirror_file(name)`: `<mirror>/<name>.jsonl`, skipped or failed like `mirror` when the
+    mirror lacks it."""
+
+    def find(name: str) -> Path:
+        path = mirror / f"{name}.jsonl"
+        if not path.is_file():
+            missing_mirror(f"the mirror file {path}")
+        return path
+
+    return find
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +172,68 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
         return path
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def hand_set_lm() -> Callable[..., Any]:
+    """A factory of policies whose next-token distribution is set by hand: a Qwen3 (the real
+    class, so `generate`, the HF backend and scoring run their own code) whose attention and MLP
+    outputs are zero, so the logits depend on the last token alone, a bigram table:
+
+        build(tokenizer, table, rest=-1e4): table[prev][next] = logit of `next` after token
+        `prev` (ids; key None: after any other token); every other next token gets `rest`.
+
+    -1e4 is probability 0 in float32, and no Gumbel draw lifts it to the argmax, so what the
+    policy can and cannot sample is known exactly (e.g. never EOS: a rollout must run to its
+    budget). The embedding of a listed token is its own unit vector, of the rest the first one;
+    the lm_head column of that vector holds the row's logits, divided by what the final RMSNorm
+    multiplies a unit vector by."""
+
+    def build(tokenizer: Any, table: dict[int | None, dict[int, float]], rest: float = -1e4):
+        import torch
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        listed = [prev for prev in table if prev is not None]
+        hidden = 8 * (len(listed) // 8 + 1)  # a slot per listed token, slot 0 for the rest
+        config = Qwen3Config(
+            vocab_size=len(tokenizer),
+            hidden_size=hidden,
+            intermediate_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=8,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = Qwen3ForCausalLM(config).eval()
+        vocab = config.vocab_size
+        scale = (1 / hidden + config.rms_norm_eps) ** -0.5  # RMSNorm of a unit vector, weight 1
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+            embed = torch.zeros(vocab, hidden)
+            embed[:, 0] = 1.0
+            head = torch.full((vocab, hidden), 0.0)
+            head[:, 0] = rest
+            for slot, prev in enumerate(listed, start=1):
+                embed[prev] = 0.0
+                embed[prev, slot] = 1.0
+                head[:, slot] = rest
+                for nxt, logit in table[prev].items():
+                    head[nxt, slot] = logit
+            for nxt, logit in table.get(None, {}).items():
+                head[nxt, 0] = logit
+            model.model.embed_tokens.weight.copy_(embed)
+            model.model.norm.weight.fill_(1.0)
+            model.lm_head.weight.copy_(head / scale)
+        return model
 
     return build
 

@@ -137,7 +137,8 @@ def scratch(tmp_path: Path) -> Path:
 
 
 def snakemake(work: Path, mirror: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Snakemake on the repository's Snakefile in `work`, reading the benchmark mirror."""
+    """Snakemake on the repository's Snakefile in `work`, reading the benchmark mirror `mirror`
+    (the real one for a run that reads benchmark rows; `stub_mirror` for a dry run)."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RREDCOT_MIRROR": str(mirror)}
     return subprocess.run(
@@ -154,11 +155,13 @@ def all_inputs(listing: str) -> set[str]:
 
 
 @pytest.mark.slow
-def test_the_rehearsal_promises_every_paper_artifact(tmp_path: Path, mirror: Path) -> None:
+def test_the_rehearsal_promises_every_paper_artifact(tmp_path: Path, stub_mirror: Path) -> None:
     work = scratch(tmp_path)
-    paper = snakemake(work, mirror, "-n", "--configfile", str(REPO / "configs/paper_qwen3_4b.yaml"))
+    paper = snakemake(
+        work, stub_mirror, "-n", "--configfile", str(REPO / "configs/paper_qwen3_4b.yaml")
+    )
     assert paper.returncode == 0, paper.stderr[-3000:]
-    rehearsal = snakemake(work, mirror, "-n", "--configfile", str(REHEARSAL))
+    rehearsal = snakemake(work, stub_mirror, "-n", "--configfile", str(REHEARSAL))
     assert rehearsal.returncode == 0, rehearsal.stdout[-2000:] + rehearsal.stderr[-3000:]
     assert all_inputs(rehearsal.stdout) == all_inputs(paper.stdout)
     for rule in ("stand_in_model", "stand_in_training_set", "fetch_base_model", "train_policy"):
@@ -169,12 +172,12 @@ def test_the_rehearsal_promises_every_paper_artifact(tmp_path: Path, mirror: Pat
 @pytest.mark.slow
 @pytest.mark.parametrize("rehearsed", REHEARSED[1:], ids=lambda p: p.stem)
 def test_the_overlay_rehearses_the_other_configs(
-    rehearsed: Path, tmp_path: Path, mirror: Path
+    rehearsed: Path, tmp_path: Path, stub_mirror: Path
 ) -> None:
     work = scratch(tmp_path)
     rel = rehearsed.relative_to(REPO)
     proc = snakemake(
-        work, mirror, "-n", "--configfile", str(REHEARSAL), "--config", f"rehearses={rel}"
+        work, stub_mirror, "-n", "--configfile", str(REHEARSAL), "--config", f"rehearses={rel}"
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     train = yaml.safe_load(rehearsed.read_text())["data"]["train"]
@@ -190,21 +193,21 @@ def bad_paper_config(tmp_path: Path, change: dict[str, Any]) -> Path:
 
 
 def test_an_unknown_benchmark_stops_the_rehearsal_at_load_time(
-    tmp_path: Path, mirror: Path
+    tmp_path: Path, stub_mirror: Path
 ) -> None:
     bad = bad_paper_config(tmp_path, {"benchmarks": ["aime24", "math5000"]})
     work = scratch(tmp_path)
     proc = snakemake(
-        work, mirror, "-n", "--configfile", str(REHEARSAL), "--config", f"rehearses={bad}"
+        work, stub_mirror, "-n", "--configfile", str(REHEARSAL), "--config", f"rehearses={bad}"
     )
     assert proc.returncode != 0
     assert "config key 'benchmarks': 'math5000' is not a benchmark" in proc.stdout + proc.stderr
 
 
-def test_a_missing_rehearsed_config_is_named(tmp_path: Path, mirror: Path) -> None:
+def test_a_missing_rehearsed_config_is_named(tmp_path: Path, stub_mirror: Path) -> None:
     proc = snakemake(
         scratch(tmp_path),
-        mirror,
+        stub_mirror,
         "-n",
         "--configfile",
         str(REHEARSAL),

@@ -4,7 +4,6 @@ would have written it, so `final/` never mixes two runs' weights."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,7 @@ RUN = "results/train/rredcot/seed0"
 
 
 def test_another_dtype_starts_fresh_and_the_original_gets_its_own_weights(
-    repo, tmp_path, mirror, run_snakemake
+    repo, tmp_path, run_snakemake, no_mirror_env
 ):
     """Train 10 steps (checkpoints every 2), leave what a SIGKILL after checkpoint-4 leaves,
     rerun with model.dtype bfloat16: a fresh start, the log naming arguments.dtype. Rerun with
@@ -32,7 +31,7 @@ def test_another_dtype_starts_fresh_and_the_original_gets_its_own_weights(
     )
     bf16 = tmp_path / "bf16.yaml"
     bf16.write_text("model: {dtype: bfloat16}\n")
-    env = {**os.environ, "RREDCOT_MIRROR": str(mirror), "HF_HUB_OFFLINE": "1"}
+    env = no_mirror_env  # the smoke config's synthetic world reads no benchmark
     run_dir = workdir / RUN
 
     def train(*configs: Path) -> tuple[str, dict]:

@@ -17,6 +17,7 @@ from rredcot.credit.advantages import (
     outcome_advantages,
     per_group_advantages,
     reward_to_go,
+    segment_token_counts,
     token_advantages,
     whiten_groups,
     zero_std_share,
@@ -36,7 +37,7 @@ def test_outcome_advantage_by_hand():
 def test_outcome_advantage_scales():
     r = [2.0, 0.0, 1.0, 1.0]
     assert outcome_advantages(r, 2, scale="none").tolist() == [1.0, -1.0, 0.0, 0.0]
-    batch_std = torch.tensor(r).std().item()
+    batch_std = math.sqrt(2 / 3)  # sample std of (2, 0, 1, 1): mean 1, squares 1 + 1, / 3
     got = outcome_advantages(r, 2, scale="batch").tolist()
     assert got == pytest.approx([1 / (batch_std + 1e-4), -1 / (batch_std + 1e-4), 0, 0])
 
@@ -90,6 +91,27 @@ def test_whiten_pools_all_segments_of_a_group():
     assert out[2].tolist() == [0.0, 0.0]  # all equal: no signal
 
 
+def test_whiten_weights_each_value_by_its_weight():
+    # 1 counted twice, 3 and 2 once: mean 7/4, deviations (−3/4, 5/4, 1/4), variance 11/16
+    out = whiten_groups([[1.0, 3.0], [2.0]], [0, 0], eps=0.0, weights=[[2, 1], [1]])
+    assert out[0].tolist() == pytest.approx([-3 / math.sqrt(11), 5 / math.sqrt(11)])
+    assert out[1].tolist() == pytest.approx([1 / math.sqrt(11)])
+    expanded = whiten_groups([[1.0, 1.0, 3.0], [2.0]], [0, 0], eps=0.0)  # the same, unweighted
+    assert out[0].tolist() == pytest.approx(expanded[0][1:].tolist())
+    # a weight of 0 leaves its value out of the statistics (mean 2, std 1), not out of the output
+    zero = whiten_groups([[1.0, 3.0], [50.0]], [0, 0], eps=0.0, weights=[[1, 1], [0]])
+    assert zero[0].tolist() == pytest.approx([-1.0, 1.0]) and zero[1].tolist() == [48.0]
+    with pytest.raises(ValueError, match="weights"):
+        whiten_groups([[1.0, 3.0]], [0], weights=[[1.0]])
+
+
+def test_segment_token_counts_give_the_eos_to_the_last_segment_and_padding_to_none():
+    counts = segment_token_counts(
+        [[0, 1, 3], [0, 2], [0]], torch.tensor([[1] * 4, [1, 1, 0, 0], [0] * 4])
+    )
+    assert [c.tolist() for c in counts] == [[1.0, 3.0], [2.0], []]
+
+
 def test_reward_to_go():
     assert reward_to_go([1.0, 2.0, 3.0]).tolist() == [6.0, 5.0, 3.0]
 
@@ -105,47 +127,94 @@ def test_expand_segments_gives_the_eos_to_the_last_segment():
         expand_segments([1.0, 2.0], [0, 2, 2], 4)
 
 
-# --- token advantages, one hand-computed case per mode ------------------------------------------
+# --- token advantages, one hand-computed case per mode and center ---------------------------
 
 SIGMAS = [[0.5, -0.5], [1.0]]
 BOUNDS = [[0, 1, 3], [0, 2]]
 MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # row 0: 3 tokens + EOS; row 1: 2 tokens, pad
+# center group weighs by tokens: segment (row 0, 1) covers 1 token, (0, 2) 2 tokens and the
+# EOS, (1, 1) 2 tokens (the padding counts for nothing): σ over the group's 6 tokens is
+# (0.5, −0.5, −0.5, −0.5, 1, 1), mean 1/6, deviations (1/3, −2/3 ×3, 5/6 ×2), variance 17/36.
+# center none divides by the std over the 3 segments (0.5, −0.5, 1): variance 7/18.
+S17, S14 = math.sqrt(17), math.sqrt(14)
+
+
+def by_hand(rows):
+    return [pytest.approx(row, rel=1e-6, abs=1e-7) for row in rows]
 
 
 def test_immediate_by_hand():
     a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("immediate", eps=0.0))
-    # pooled σ = (0.5, −0.5, 1): mean 1/3, deviations (1/6, −5/6, 2/3), population std
-    s = math.sqrt((1 / 36 + 25 / 36 + 16 / 36) / 3)
-    want = [[1 / 6 / s, -5 / 6 / s, -5 / 6 / s, -5 / 6 / s], [2 / 3 / s, 2 / 3 / s, 0, 0]]
     assert a.shape == (2, 4) and a.dtype == torch.float32
-    assert a.tolist() == [pytest.approx(row, rel=1e-6) for row in want]
+    assert a.tolist() == by_hand([[2 / S17, -4 / S17, -4 / S17, -4 / S17], [5 / S17] * 2 + [0, 0]])
+    # the mean and std over the group's unmasked tokens are 0 and 1
+    tokens = a[MASK.bool()].double()
+    assert float(tokens.mean()) == pytest.approx(0, abs=1e-7)
+    assert float(tokens.std(unbiased=False)) == pytest.approx(1, rel=1e-6)
+
+
+def test_center_group_weighs_by_tokens_not_segments():
+    """Counting each segment once (the mean 1/3 of (0.5, −0.5, 1)) gives other advantages:
+    segment weighting is what token weighting replaced (METHOD.md §4)."""
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(eps=0.0))
+    per_segment = whiten_groups(SIGMAS, [0, 0], eps=0.0)  # each segment once
+    assert a[0, 0].item() != pytest.approx(per_segment[0][0].item(), rel=1e-3)
+    weights = segment_token_counts(BOUNDS, MASK)
+    by_tokens = whiten_groups(SIGMAS, [0, 0], eps=0.0, weights=weights)
+    assert a[0, :2].tolist() == pytest.approx(by_tokens[0].tolist(), rel=1e-6)
 
 
 def test_reward_to_go_by_hand():
     a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("reward_to_go", eps=0.0))
-    # G = (0, −0.5) and (1,): mean 1/6, deviations (−1/6, −2/3, 5/6)
-    s = math.sqrt((1 / 36 + 16 / 36 + 25 / 36) / 3)
-    want = [[-1 / 6 / s, -2 / 3 / s, -2 / 3 / s, -2 / 3 / s], [5 / 6 / s, 5 / 6 / s, 0, 0]]
-    assert a.tolist() == [pytest.approx(row, rel=1e-6) for row in want]
+    # G = (0, −0.5) and (1,); over the tokens (0, −0.5 ×3, 1 ×2): mean 1/12, variance 65/144
+    s = math.sqrt(65)
+    assert a.tolist() == by_hand([[-1 / s, -7 / s, -7 / s, -7 / s], [11 / s] * 2 + [0, 0]])
 
 
 def test_mixed_by_hand():
     outcome = torch.tensor([0.7, -0.7])
     cfg = CreditConfig("mixed", beta=0.5, eps=0.0)
     a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg, outcome)
-    s = math.sqrt((1 / 36 + 25 / 36 + 16 / 36) / 3)
     want = [
-        [0.7 + 0.5 / 6 / s, 0.7 - 0.5 * 5 / 6 / s, 0.7 - 0.5 * 5 / 6 / s, 0.7 - 0.5 * 5 / 6 / s],
-        [-0.7 + 0.5 * 2 / 3 / s, -0.7 + 0.5 * 2 / 3 / s, 0, 0],
+        [0.7 + 0.5 * 2 / S17] + [0.7 - 0.5 * 4 / S17] * 3,
+        [-0.7 + 0.5 * 5 / S17] * 2 + [0, 0],
     ]
-    assert a.tolist() == [pytest.approx(row, rel=1e-6) for row in want]
+    assert a.tolist() == by_hand(want)
     with pytest.raises(ValueError, match="mixed"):
         token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg)
 
 
+def test_center_none_immediate_by_hand():
+    # σ / std over the segments (0.5, −0.5, 1): 0.5 · 6/√14 = 3/√14; EOS as its segment
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(eps=0.0, center="none"))
+    assert a.tolist() == by_hand([[3 / S14] + [-3 / S14] * 3, [6 / S14] * 2 + [0, 0]])
+
+
+def test_center_none_reward_to_go_by_hand():
+    # G = (0, −0.5), (1,): its std over the segments is again √(7/18); no mean is subtracted
+    cfg = CreditConfig("reward_to_go", eps=0.0, center="none")
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg)
+    assert a.tolist() == by_hand([[0.0] + [-3 / S14] * 3, [6 / S14] * 2 + [0, 0]])
+
+
+def test_center_none_mixed_by_hand():
+    outcome = torch.tensor([0.7, -0.7])
+    cfg = CreditConfig("mixed", beta=0.5, eps=0.0, center="none")
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg, outcome)
+    want = [[0.7 + 1.5 / S14] + [0.7 - 1.5 / S14] * 3, [-0.7 + 3 / S14] * 2 + [0, 0]]
+    assert a.tolist() == by_hand(want)
+
+
+def test_eps_is_added_to_the_std():
+    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(center="none", eps=0.5))
+    assert a[0, 0].item() == pytest.approx(0.5 / (math.sqrt(7 / 18) + 0.5), rel=1e-6)
+
+
 def test_groups_are_whitened_separately():
     a = token_advantages(SIGMAS, BOUNDS, [0, 1], MASK, CreditConfig(eps=0.0))
-    assert a[0].tolist() == pytest.approx([1.0, -1.0, -1.0, -1.0])  # (0.5, −0.5) on its own
+    # row 0 alone, over its tokens (0.5, −0.5 ×3): mean −1/4, deviations (3/4, −1/4 ×3), std √3/4
+    s3 = math.sqrt(3)
+    assert a[0].tolist() == pytest.approx([s3, -1 / s3, -1 / s3, -1 / s3], rel=1e-6)
     assert a[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # one segment: nothing to compare with
 
 
@@ -176,8 +245,9 @@ def test_properties_of_the_modes(sigmas, outcome_value):
     groups = [0] * len(sigmas)
     a = token_advantages(sigmas, bounds, groups, mask, CreditConfig(eps=0.0))
     assert (a[mask == 0] == 0).all()
-    per_segment = torch.cat([a[i, : len(s)] for i, s in enumerate(sigmas)]).double()
-    assert abs(float(per_segment.mean())) < 1e-5  # whitened over the group's segments
+    tokens = a[mask.bool()].double()  # whitened over the group's tokens: mean 0, std 1 (or flat)
+    assert abs(float(tokens.mean())) < 1e-5
+    assert (tokens == 0).all() or float(tokens.std(unbiased=False)) == pytest.approx(1, rel=1e-4)
     outcome = torch.full((len(sigmas),), outcome_value)
     plain = token_advantages(sigmas, bounds, groups, mask, CreditConfig("mixed", beta=0.0), outcome)
     assert torch.allclose(plain, outcome[:, None] * mask)  # β = 0: the outcome advantage
@@ -197,7 +267,7 @@ def test_center_none_keeps_the_sign_of_sigma() -> None:
     centred = whiten_groups(sigma, [0, 0])
     kept = whiten_groups(sigma, [0, 0], center=False)
     assert (centred[0][0] < 0) and (centred[1][1] > 0)
-    std = torch.tensor([0.1, 0.3, 0.2, 0.4], dtype=torch.float64).std(unbiased=False)
+    std = math.sqrt(0.0125)  # population std of (0.1, 0.3, 0.2, 0.4): mean 0.25, Σ dev² 0.05
     for got, s in zip(kept, sigma, strict=True):
         assert torch.all(got > 0)
         torch.testing.assert_close(got, s.double() / (std + 1e-4))

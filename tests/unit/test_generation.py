@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -158,16 +159,30 @@ def test_max_new_tokens_and_decoding(backend: HFBackend, checkpoint: Path) -> No
         assert tokenizer.eos_token_id not in c.token_ids
 
 
-def test_eos_ends_a_completion_and_is_dropped(backend: HFBackend) -> None:
-    # Near-uniform sampling over 259 tokens: EOS turns up within 2000 draws.
-    params = SamplingParams(n=8, temperature=20.0, max_new_tokens=64, seed=0, logprobs=True)
-    completions = backend.generate(PROMPTS, params)
-    ended = [c for c in completions if c.finish_reason == "stop"]
-    assert ended, "no sample drew EOS; the test needs one"
-    for c in ended:
-        assert c.num_tokens < 64
-        assert backend.tokenizer.eos_token_id not in c.token_ids
-        assert len(c.logprobs) == c.num_tokens
+@pytest.fixture(scope="module")
+def a_then_b(hand_set_lm: Callable[..., torch.nn.Module]) -> HFBackend:
+    """A hand-set policy: "a" (probability 2/3) or "b" (1/3) after any token but "b", and EOS
+    after "b": its completions are a…ab, k "a"s with probability (2/3)^k · 1/3."""
+    from rredcot.models.tokenizer import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    a, b = tok("ab")["input_ids"]
+    policy = hand_set_lm(tok, {None: {a: math.log(2.0), b: 0.0}, b: {tok.eos_token_id: 0.0}})
+    return HFBackend(policy, tok, batch_size=4, show_progress=False)
+
+
+def test_eos_ends_a_completion_and_is_dropped(a_then_b: HFBackend) -> None:
+    """Every row ends in EOS right after its "b" (within 64 tokens unless it drew 63 "a"s in a
+    row: (2/3)^63 < 1e-11), EOS is dropped from ids and text, and each kept token's log-prob is
+    the hand-set log π (2/3 for "a", 1/3 for "b"; EOS has none)."""
+    params = SamplingParams(n=8, temperature=1.0, max_new_tokens=64, seed=0, logprobs=True)
+    completions = a_then_b.generate(PROMPTS, params)
+    a, b = a_then_b.tokenizer("ab")["input_ids"]
+    for c in completions:
+        k = c.num_tokens - 1
+        assert c.finish_reason == "stop" and c.token_ids == [a] * k + [b]
+        assert c.text == "a" * k + "b"
+        assert c.logprobs == pytest.approx([math.log(2 / 3)] * k + [math.log(1 / 3)], abs=1e-5)
 
 
 def test_finish_drops_padding_and_eos(backend: HFBackend) -> None:
@@ -179,35 +194,35 @@ def test_finish_drops_padding_and_eos(backend: HFBackend) -> None:
     assert backend._finish([a, b, a, b, pad], 4, ("BA",)) == ([a, b, a], "ABA", "stop")
 
 
-def test_stop_strings_cut_text_and_set_finish_reason(backend: HFBackend) -> None:
-    base = SamplingParams(n=4, max_new_tokens=40, seed=11)
-    free = backend.generate(PROMPTS, base)
-    # Pick two-character stop strings that occur mid-text in the free-running samples.
-    stops = []
-    for c in free:
-        text = c.text
-        for i in range(3, len(text) - 1):
-            pair = text[i : i + 2]
-            if pair.isascii() and pair.isprintable() and pair not in text[: i + 1]:
-                stops.append(pair)
-                break
-    assert len(stops) >= 2, "the samples hold no usable stop string; change the seed"
-    stops = tuple(stops[:2])
-    cut = backend.generate(
+@pytest.fixture(scope="module")
+def coin(hand_set_lm: Callable[..., torch.nn.Module]) -> HFBackend:
+    """A hand-set policy: "a" or "b", probability 1/2 each, after any token; never EOS."""
+    from rredcot.models.tokenizer import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    a, b = tok("ab")["input_ids"]
+    return HFBackend(hand_set_lm(tok, {None: {a: 0.0, b: 0.0}}), tok, 4, show_progress=False)
+
+
+def test_stop_strings_cut_text_and_set_finish_reason(coin: HFBackend) -> None:
+    """Stop strings of two tokens: each row is cut after the first occurrence of either, the
+    earlier one winning; a stop string the policy cannot write changes nothing."""
+    free = coin.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=40, seed=11))
+    assert all(c.finish_reason == "length" and c.num_tokens == 40 for c in free)
+    stops = ("ab", "ba")  # absent only from a row of 40 equal letters: probability 2^-39
+    cut = coin.generate(
         PROMPTS, SamplingParams(n=4, max_new_tokens=40, seed=11, stop_strings=stops)
     )
-    hits = 0
     for before, after in zip(free, cut, strict=True):
-        ends = [before.text.find(s) + len(s) for s in stops if s in before.text]
-        if ends:
-            hits += 1
-            assert after.finish_reason == "stop"
-            assert after.text == before.text[: min(ends)]
-            assert after.token_ids == before.token_ids[: after.num_tokens]
-            assert backend.tokenizer.decode(after.token_ids) == after.text
-        else:
-            assert _key(after) == _key(before)
-    assert hits >= 2
+        end = min(before.text.find(s) + len(s) for s in stops if s in before.text)
+        assert after.finish_reason == "stop"
+        assert after.text == before.text[:end]  # the first change of letter, nothing after it
+        assert after.token_ids == before.token_ids[:end]  # one byte token per letter
+        assert coin.tokenizer.decode(after.token_ids) == after.text
+    never = coin.generate(
+        PROMPTS, SamplingParams(n=4, max_new_tokens=40, seed=11, stop_strings=("zz",))
+    )
+    assert [_key(c) for c in never] == [_key(c) for c in free]
 
 
 def test_greedy_equals_argmax_decoding(backend: HFBackend) -> None:

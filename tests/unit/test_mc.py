@@ -388,15 +388,25 @@ def test_tiny_model_is_deterministic_under_a_seed(tiny_backend: HFBackend) -> No
     assert ((first.values[:-1][used] >= 0) & (first.values[:-1][used] <= 1)).all()
 
 
-def test_tiny_model_budget_too_small_for_any_rollout(tiny_backend: HFBackend) -> None:
-    # One new token: a rollout finishes only if it is "." or EOS; at this seed none is.
-    drop = _run(tiny_backend, "drop", budget=1, n_rollouts=3, seed=0)
-    assert drop.n_truncated.tolist() == [3, 3, 3, 0], "precondition: every rollout truncated"
+@pytest.fixture(scope="module")
+def never_stops(hand_set_lm: Callable[..., torch.nn.Module]) -> HFBackend:
+    """A policy that samples "x" or "y" (probability 1/2 each) after any token: never the stop
+    string "." nor EOS, so every rollout runs to its budget."""
+    tok = build_byte_tokenizer()
+    x, y = tok("xy")["input_ids"]
+    policy = hand_set_lm(tok, {None: {x: 0.0, y: 0.0}})
+    return HFBackend(policy, tok, batch_size=16, show_progress=False)
+
+
+def test_a_budget_no_rollout_can_finish_in(never_stops: HFBackend) -> None:
+    # One new token, never "." or EOS: every rollout is truncated, whatever the seed draws.
+    drop = _run(never_stops, "drop", budget=1, n_rollouts=3, seed=0)
+    assert drop.n_truncated.tolist() == [3, 3, 3, 0]
     assert torch.isnan(drop.values[:-1]).all() and drop.values[-1].item() == 1.0
     assert drop.n_used.tolist() == [0, 0, 0, 0]
     assert drop.drop_rate == 1.0 and drop.n_dropped == 9
     assert drop.forward_tokens == 9
-    zero = _run(tiny_backend, "zero", budget=1, n_rollouts=3, seed=0)
+    zero = _run(never_stops, "zero", budget=1, n_rollouts=3, seed=0)
     assert zero.values.tolist() == [0.0, 0.0, 0.0, 1.0]
     assert zero.drop_rate == 0.0 and zero.truncation_rate == 1.0
     assert mc_segment_credit(zero.values, zero.reward).tolist() == [0.0, 0.0, 1.0]

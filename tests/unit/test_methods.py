@@ -11,6 +11,7 @@ from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
 from rredcot.data.synthetic import Program, Step
+from rredcot.generation.base import Completion
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring import response_entropies
@@ -315,23 +316,94 @@ def test_fill_missing_values_passes_the_share_on():
         fill_missing_values(torch.tensor([0.5, nan]))
 
 
-def test_mc_sigma_sums_to_return_minus_first_value(model, tokenizer):
+class ScriptedEngine:
+    """A generation backend with fixed rollouts per state prompt (the text and how it ended),
+    standing in for the trainer's engine (`batch.engine`): MC's values are then known exactly."""
+
+    def __init__(self, script: dict[str, list[tuple[str, str]]]) -> None:
+        self.script = script
+        self.calls = 0
+        self.generated = 0  # tokens of every rollout handed out
+
+    def generate(self, prompts, params):
+        self.calls += 1
+        out = []
+        for p, prompt in enumerate(prompts):
+            assert len(self.script[prompt]) == params.n
+            for s, (text, reason) in enumerate(self.script[prompt]):
+                ids = list(text.encode())
+                out.append(Completion(p, s, text, ids, reason, len(ids)))
+                self.generated += len(ids)
+        return out
+
+
+def mc_script() -> dict[str, list[tuple[str, str]]]:
+    """Two rollouts per state of RESPONSES (keyword steps; rows 0-1 share s_0, rows 2-3 s_0 and
+    s_1), graded against the row's answer: the values in the comments, under zero | drop."""
+    task = get_task("synthetic")
+    p0, p1 = (task.build_prompt(row["problem"]) for row in ROWS)
+    stop, cut = "stop", "length"
+    return {
+        p0: [("d=a+b=3+8=1\ne=d*a=1*3=3\nAnswer: 3.", stop), ("Answer: 6.", stop)],  # .5 | .5
+        p0 + "d=a+b=3+8=1": [("\nAnswer: 3.", stop)] * 2,  # 1 | 1
+        p0 + "d=a+b=3+8=1\ne=d*a=1*3=3": [("\nAnswer: 3.", stop), ("\nAns", cut)],  # .5 | 1
+        p0 + "d=a+b=3+8=2": [("\nAnswer: 6.", stop), ("\nAnswer: 3.", stop)],  # .5 | .5
+        p0 + "d=a+b=3+8=2\ne=d*a=2*3=6": [("\nAnswer: 6.", stop)] * 2,  # 0 | 0
+        p1: [("Answer: 5.", stop), ("d=c", cut)],  # .5 | 1
+        p1 + "d=c-a=4-1=3": [("\nAnswer: 5.", stop)] * 2,  # 1 | 1
+        p1 + "d=c-a=4-1=3\ne=d+b=3+2=5": [("\nAns", cut)] * 2,  # 0 | none
+    }
+
+
+@pytest.mark.parametrize(
+    ("truncation", "sigmas", "dropped", "missing"),
+    [
+        # V̂ with R last: row 0 (.5, 1, .5, 1), 1 (.5, .5, 0, 0), 2 (.5, 1, 0, 1), 3 (.5, 1, 0)
+        ("zero", [[0.5, -0.5, 0.5], [0.0, -0.5, 0.0], [0.5, -1.0, 1.0], [0.5, -1.0]], 0, 0),
+        # row 0 (.5, 1, 1, 1), row 2 (1, 1, none → 1, 1): the missing state passes its share on
+        ("drop", [[0.5, 0.0, 0.0], [0.0, -0.5, 0.0], [0.0, 0.0, 0.0], [0.0, -1.0]], 5, 1),
+    ],
+)
+def test_mc_sigma_from_fixed_rollout_outcomes(
+    model, tokenizer, truncation, sigmas, dropped, missing
+):
+    """σ_k = V̂(s_k) − V̂(s_{k−1}) with V̂(s_K) = R, from rollouts whose outcomes are fixed by
+    hand (the engine the trainer hands over, one call for every state of every row)."""
+    engine = ScriptedEngine(mc_script())
+    mc = MCConfig(n_rollouts=2, budget=6, truncation=truncation)
+    keyword = SegmentationConfig(strategy="keyword", num_segments=None)
+    m = method("mc", tokenizer, segmentation=keyword, mc=mc)
+    batch = dataclasses.replace(make_batch(tokenizer), engine=engine)
+    credit = m.segment_credit(batch, model)
+    got, boundaries, tokens, metrics = (
+        credit.sigmas,
+        credit.boundaries,
+        credit.forward_tokens,
+        credit.metrics,
+    )
+    assert engine.calls == 1
+    assert [s.tolist() for s in got] == [pytest.approx(s) for s in sigmas]
+    assert [len(b) - 1 for b in boundaries] == [3, 3, 3, 2]
+    assert metrics["credit/mc_rollouts"] == 11 * 2  # Σ K_i states · N rollouts
+    assert metrics["credit/mc_drop_rate"] == pytest.approx(dropped / 22)
+    assert metrics["credit/mc_missing_states"] == missing
+    assert tokens == engine.generated  # the keyword split costs no pass; the rollouts do
+    out = m.advantages(batch, model)
+    want = token_advantages(got, boundaries, batch.groups, batch.completion_mask, m.credit)
+    torch.testing.assert_close(out.advantages, want)
+
+
+def test_mc_on_the_policy_is_seeded_by_the_run_and_step(model, tokenizer):
+    """Without an engine the rollouts come from the policy (HF backend), seeded by (seed, step,
+    row): the same batch gives the same advantages; padding gets 0."""
     mc = MCConfig(n_rollouts=2, budget=6, truncation="zero")
     m = method("mc", tokenizer, segmentation=SegmentationConfig(num_segments=2), mc=mc)
     batch = make_batch(tokenizer)
-    credit = m.segment_credit(batch, model)
-    sigmas, tokens, metrics = credit.sigmas, credit.forward_tokens, credit.metrics
-    assert [s.shape for s in sigmas] == [(2,)] * 4
-    # truncation "zero": every rollout counts, so V̂(s_0) ∈ {0, 0.5, 1} and Σσ = R − V̂(s_0)
-    for sigma, (*_, reward) in zip(sigmas, RESPONSES, strict=True):
-        assert reward - float(sigma.sum()) in (0.0, 0.5, 1.0)
-    assert metrics["credit/mc_rollouts"] == 4 * 2 * 2  # B rows · K states · N rollouts
-    assert tokens > 0 and set(metrics) == set(m.metric_names)
     out = m.advantages(batch, model)
-    assert out.advantages.shape == batch.completion_mask.shape
+    assert out.advantages.shape == batch.completion_mask.shape and out.forward_tokens > 0
     assert (out.advantages[batch.completion_mask == 0] == 0).all()
-    again = m.advantages(batch, model)  # rollouts are seeded by (seed, step, row)
-    torch.testing.assert_close(out.advantages, again.advantages)
+    assert out.metrics["credit/mc_rollouts"] == 4 * 2 * 2  # B rows · K states · N rollouts
+    torch.testing.assert_close(out.advantages, m.advantages(batch, model).advantages)
 
 
 # --- LoRA: the credit passes see the adapted policy ----------------------------------------------

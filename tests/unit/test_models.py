@@ -246,7 +246,29 @@ def test_reference_fit_matches_an_independent_computation(tokenizer):
         n_tokens = len(tokenizer(ex["completion"])["input_ids"]) + 1
         probs.append(math.exp(-completion_nll(model, tokenizer, [ex]) * n_tokens))
     assert fit["heldout/p_reference"] == pytest.approx(sum(probs) / len(probs), rel=1e-4)
-    assert fit["heldout/greedy"] in (0.0, 0.25, 0.5, 0.75, 1.0)
+    greedy = 0
+    for ex in EXAMPLES:  # every completion token (and the EOS) the argmax, teacher-forced
+        prompt = tokenizer(ex["prompt"])["input_ids"]
+        target = tokenizer(ex["completion"])["input_ids"] + [tokenizer.eos_token_id]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + target])).logits[0]
+        greedy += logits[len(prompt) - 1 : -1].argmax(-1).tolist() == target
+    assert fit["heldout/greedy"] == greedy / len(EXAMPLES)
+
+
+def test_reference_fit_greedy_share_of_a_policy_with_a_known_argmax(tokenizer, hand_set_lm):
+    """A hand-set policy: after "A: " it writes "5", after "5" or "8" EOS (probability 1 each).
+    Of the four examples only "5" is its greedy output: greedy share 1/4, π(reference) 1 for it
+    and 0 for the rest. With `alternatives` allowing "5" where example 1 has "8", that example
+    is greedy too: 1/2."""
+    (space,), (five,), (eight,) = (tokenizer(c)["input_ids"] for c in " 58")
+    eos = tokenizer.eos_token_id
+    policy = hand_set_lm(tokenizer, {space: {five: 2.0}, five: {eos: 2.0}, eight: {eos: 2.0}})
+    fit = reference_fit(policy, tokenizer, EXAMPLES)
+    assert fit["heldout/greedy"] == 0.25
+    assert fit["heldout/p_reference"] == pytest.approx(0.25)
+    alternatives = [EXAMPLES[0], {**EXAMPLES[1], "alternatives": {0: "85"}}, *EXAMPLES[2:]]
+    assert reference_fit(policy, tokenizer, alternatives)["heldout/greedy"] == 0.5
 
 
 def test_reference_fit_greedy_share_is_one_for_a_memorized_set(tokenizer, tmp_path):

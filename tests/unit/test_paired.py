@@ -34,6 +34,27 @@ def test_hand_case_two_problems_one_seed() -> None:
     assert diff.verdict == "no difference"
 
 
+def test_hand_case_two_seeds_two_problems_enumerated() -> None:
+    """Both levels, enumerated: a resample draws 2 of 2 seeds and, independently, 2 of 2
+    problems with replacement, 4 × 4 equally likely draws. On d = [[0.8, 0.4], [0.2, 0.0]] the
+    grid means are, with their counts of 16: 0.0 (1), 0.1 (2), 0.2 (3), 0.35 (4), 0.4 (1),
+    0.5 (2), 0.6 (2), 0.8 (1). The 2.5% / 97.5% points lie inside the first and last atoms, so
+    the 95% interval is (0.0, 0.8); the 15.625% / 84.375% points (α = 5/16) lie inside the
+    atoms 0.1 and 0.6, mid-way from their edges, so that interval is (0.1, 0.6)."""
+    d = np.array([[0.8, 0.4], [0.2, 0.0]])
+    pairs = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    means = sorted(float(d[np.ix_(s, p)].mean()) for s in pairs for p in pairs)
+    assert means == pytest.approx(
+        [0.0, 0.1, 0.1, 0.2, 0.2, 0.2, 0.35, 0.35, 0.35, 0.35, 0.4, 0.5, 0.5, 0.6, 0.6, 0.8]
+    )
+    # 20,000 resamples: each quantile is ≥ 11 standard errors of the empirical CDF from an edge
+    wide = paired_bootstrap(d, np.zeros_like(d), n_resamples=20_000, seed=0)
+    assert (wide.mean, wide.ci_low, wide.ci_high) == pytest.approx((0.35, 0.0, 0.8))
+    narrow = paired_bootstrap(d, np.zeros_like(d), n_resamples=20_000, alpha=5 / 16, seed=0)
+    assert (narrow.ci_low, narrow.ci_high) == pytest.approx((0.1, 0.6))
+    assert (narrow.n_seeds, narrow.n_problems) == (2, 2)
+
+
 def test_seed_spread_widens_the_interval() -> None:
     """Same per-seed means, but one setting's seeds disagree: its CI is wider."""
     problems = np.linspace(0, 1, 100)

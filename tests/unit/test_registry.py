@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -451,18 +450,9 @@ def test_gsm8k_split_and_answer_stringification():
 # --- the real mirror ---------------------------------------------------------------------
 
 
-def _real_mirror() -> Path:
-    env = os.environ.get("RREDCOT_MIRROR", "").strip()
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "benchmarks"
-
-
 @pytest.mark.parametrize("name", KNOWN_BENCHMARKS)
-def test_real_mirror_file_loads_clean_with_readme_row_counts(name: str):
-    mirror = _real_mirror()
-    if not (mirror / f"{name}.jsonl").is_file():
-        pytest.skip(f"no offline mirror file {mirror / f'{name}.jsonl'} (set RREDCOT_MIRROR)")
+def test_real_mirror_file_loads_clean_with_readme_row_counts(name: str, mirror_file):
+    mirror = mirror_file(name).parent
     data = load_normalized(name, mirror, max_malformed_fraction=0.0, hub_loader=FakeHub())
     assert data.malformed == []
     assert data.n_raw == data.df.height == README_ROWS[name]

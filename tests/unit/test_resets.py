@@ -574,6 +574,46 @@ def test_srpo_rollout_localizes_each_parent(tokenizer, model):
     assert srpo._pending[0] > 2 * 1000  # the localization prompts are in the cost
 
 
+@pytest.mark.parametrize(("unparsed", "step"), [(None, 2), ("middle", 2), ("first", 1)])
+def test_srpo_resets_where_the_config_says_when_the_localization_names_no_step(
+    tokenizer, model, monkeypatch, unparsed, step
+):
+    """The policy's localization output has no N ("no idea"): SRPO resets the 4-step parent at
+    n // 2 = 2 under `middle` (the default, METHOD.md §6) and at step 1 under `first` (the
+    official code); the method hands training.resets.localization_unparsed to the parser."""
+    ids = tokenizer("no idea")["input_ids"]
+
+    def unparseable(self, prompts, params):
+        return [Completion(i, 0, "no idea", ids, "stop", len(ids)) for i in range(len(prompts))]
+
+    monkeypatch.setattr("rredcot.training.localization.HFBackend.generate", unparseable)
+    rows = rows_for(8, PROBLEMS[:1])
+    sampler = ScriptedSampler(tokenizer, {rows[0]["prompt"]: [WRONG, RIGHT]})
+    resets = {} if unparsed is None else {"localization_unparsed": unparsed}
+    srpo = method("srpo", tokenizer, localization_max_new_tokens=4, **resets)
+    out = srpo.build(context(sampler, model), rows)
+    steps = ["c=a+b=3+8=2", "\nd=c*a=2*3=6", "\ne=d+a=6+3=9", "\nAnswer: 9."]  # the parent's
+    assert out["reset_step"] == [0] * 4 + [step] * 4
+    assert out["response_prefix"][4:] == ["".join(steps[: step - 1])] * 4
+    metrics = srpo._pending[1]
+    assert (
+        metrics["credit/localization_unparsed"] == 1 and metrics["credit/reset_step_mean"] == step
+    )
+
+
+def test_the_unparsed_reset_defaults_to_the_middle_step(repo):
+    """METHOD.md §6's n // 2 is the default everywhere it is set: ResetConfig, config.yaml and
+    the schema."""
+    import yaml
+
+    assert ResetConfig().localization_unparsed == "middle"
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    assert config["training"]["resets"]["localization_unparsed"] == "middle"
+    schema = yaml.safe_load((repo / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    resets = schema["properties"]["training"]["properties"]["resets"]["properties"]
+    assert resets["localization_unparsed"]["default"] == "middle"
+
+
 # --- the real trainer ------------------------------------------------------------------------
 
 
@@ -591,7 +631,18 @@ class ParityTask:
         return Grade(sum(map(ord, response)) % 2 == 0, None)
 
 
-def parity_trainer(tokenizer, tmp_path, name, **kw):
+class AlternatingTask(ParityTask):
+    """Right, wrong, right, … in the order it is asked: hand-made groups. Phase 1 grades a
+    step's first 2 × 5 chains in one call, so every prompt meets a failure among its first two
+    (a parent for each prompt); the reward pass then grades the 16 rows in order, and each group
+    (four consecutive rows) gets two right and two wrong."""
+
+    def grade(self, response: str, gold: str) -> Grade:
+        self.graded.append(response)
+        return Grade(len(self.graded) % 2 == 1, None)
+
+
+def parity_trainer(tokenizer, tmp_path, name, task=None, **kw):
     base = {
         "method": name,
         "prompts_per_step": 2,
@@ -604,7 +655,7 @@ def parity_trainer(tokenizer, tmp_path, name, **kw):
         "resets": {"localization_max_new_tokens": 4},
     }
     s = TrainingSettings.from_dict({**base, **kw})
-    task = ParityTask()
+    task = ParityTask() if task is None else task
     trainer = CreditGRPOTrainer(
         model=build_tiny_model(ARCH, tokenizer, seed=0).train(),
         reward_funcs=[correctness_reward(task)],
@@ -649,11 +700,15 @@ def test_the_trainer_grades_prefix_and_suffix_and_keeps_the_prefix_out_of_the_lo
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["rrpo", "srpo"])
 def test_a_short_run_changes_the_policy(tokenizer, tmp_path, name):
-    trainer, _ = parity_trainer(tokenizer, tmp_path, name)
+    """Hand-made groups (`AlternatingTask`): both prompts of each step reset, every group has
+    reward variance, and two steps change the policy."""
+    trainer, _ = parity_trainer(tokenizer, tmp_path, name, task=AlternatingTask())
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
-    assert all(h["credit/reset_groups"] >= 0 for h in logs)
+    assert [h["credit/reset_groups"] for h in logs] == [2.0, 2.0]
+    assert [h["frac_reward_zero_std"] for h in logs] == [0.0, 0.0]
+    assert all(h["grad_norm"] > 0 for h in logs)
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     assert changed

@@ -5,8 +5,10 @@ T completion tokens (right-padded), K_i segments of row i with boundaries 0 = b_
 
     A_i      = (R_i − mean_g R) / (std_g R + ε)            outcome advantage, TRL's GRPO   (B,)
     A_i      = (r_i − mean_g r) / std_g r, 0 if std < 1e-8  per-group, RRPO/SRPO (§6)       (B,)
-    whiten(x)= (x − mean_g x) / (std_g x + ε)               over all segments of a group
-               (center none: x / (std_g x + ε), the sign of x kept)
+    whiten(x)= (x − mean_g x) / (std_g x + ε)               center group: over the group's
+               tokens, x_{i,k} counted n_{i,k} times (the tokens of segment k under the mask)
+             = x / (std_g x + ε)                            center none: over the group's
+               segments, each once; the sign of x kept
     immediate:    A_{i,k} = whiten(σ_{i,k})                                               (K_i,)
     reward_to_go: A_{i,k} = whiten(Σ_{k'≥k} σ_{i,k'})
     mixed:        A_{i,k} = A_i + β · whiten(σ_{i,k})
@@ -14,8 +16,15 @@ T completion tokens (right-padded), K_i segments of row i with boundaries 0 = b_
 and every token of segment k gets A_{i,k}; tokens after b_K (the EOS that ends the response)
 belong to the last segment; padding (completion mask 0) gets 0. The outcome advantage uses the
 sample (Bessel-corrected) std and ε = 1e-4 exactly as TRL's `GRPOTrainer` does, so `credit: none`
-is GRPO. Whitening uses the population std of the group's segments; a group whose σ are all equal
-whitens to 0 (no signal, std < 1e-8). All functions are pure: tensors in, tensors out.
+is GRPO. Whitening uses the population std; a group whose values are all equal whitens to 0 (no
+signal, std < 1e-8). All functions are pure: tensors in, tensors out.
+
+`center: group` weights by tokens, not segments (METHOD.md §4): its mean and std are those of
+the advantages' own (B, T) entries under the completion mask, so a long segment moves the
+baseline as much as its tokens weigh in the loss. (Until issue 34 each segment counted once.)
+This changes numbers only where `center: group` is used: config.yaml trains rredcot and mc with
+`center: none` (segment-weighted std, unchanged), so of the default's runs only the side run
+`rredcot_center_group` moves; CreditConfig's own default (and the schema's) is `group`.
 """
 
 from __future__ import annotations
@@ -47,8 +56,9 @@ class CreditConfig:
     eps: float = TRL_EPS
     """ε added to the std when whitening σ (the same value TRL adds to the reward std)."""
     center: str = "group"
-    """One of `CENTERS`: `group` subtracts the group mean of σ before dividing by its std;
-    `none` only divides, so a correct segment of an all-correct group keeps its positive sign."""
+    """One of `CENTERS`: `group` subtracts the group mean of σ before dividing by its std (both
+    over the group's tokens, METHOD.md §4); `none` only divides (by the std over the group's
+    segments), so a correct segment of an all-correct group keeps its positive sign."""
 
     def __post_init__(self) -> None:
         if self.mode not in CREDIT_MODES:
@@ -192,23 +202,62 @@ def whiten_groups(
     groups: torch.Tensor | Sequence[int],
     eps: float = TRL_EPS,
     center: bool = True,
+    weights: Sequence[torch.Tensor | Sequence[float]] | None = None,
 ) -> list[torch.Tensor]:
     """whiten(x_{i,k}) = (x_{i,k} − mean_g x)/(std_g x + ε), pooled over every segment k of every
     row i of group g (population std; 0 where std_g < 1e-8, all values equal). With
     `center=False` the mean is not subtracted: x_{i,k}/(std_g x + ε).
-    values[i]: (K_i,) -> list of (K_i,) float64."""
+
+    `weights` (one per segment, e.g. `segment_token_counts`): mean and std are weighted, x_{i,k}
+    counted w_{i,k} times (a group of total weight 0 whitens to 0); None: each segment once.
+    values[i], weights[i]: (K_i,) -> list of (K_i,) float64."""
     vals = _segment_values(values)
     g = _groups(groups, len(vals))
+    w = None if weights is None else _segment_values(weights)
+    if w is not None and (
+        [x.shape for x in w] != [v.shape for v in vals] or any((x < 0).any() for x in w)
+    ):
+        raise ValueError("weights: expected one weight >= 0 per segment, shaped as values")
     out = [v.clone() for v in vals]
     for label in torch.unique(g):
         rows = torch.nonzero(g == label).flatten().tolist()
         pooled = torch.cat([vals[i] for i in rows])
         if pooled.numel() == 0:
             continue
-        std = pooled.std(unbiased=False)
-        mean = pooled.mean() if center else torch.zeros((), dtype=pooled.dtype)
+        if w is None:  # each segment once
+            mean, std = pooled.mean(), pooled.std(unbiased=False)
+        else:
+            pooled_w = torch.cat([w[i] for i in rows])
+            total = pooled_w.sum()
+            if total <= 0:  # nothing to weigh: no signal
+                mean, std = pooled.new_zeros(()), pooled.new_zeros(())
+            else:
+                mean = (pooled_w * pooled).sum() / total
+                std = ((pooled_w * (pooled - mean) ** 2).sum() / total).sqrt()
+        shift = mean if center else torch.zeros((), dtype=pooled.dtype)
+        flat = std < MIN_STD
         for i in rows:
-            out[i] = (vals[i] - mean) / (std + eps) if std >= MIN_STD else torch.zeros_like(vals[i])
+            out[i] = torch.zeros_like(vals[i]) if flat else (vals[i] - shift) / (std + eps)
+    return out
+
+
+def segment_token_counts(
+    boundaries: Sequence[Sequence[int]], completion_mask: torch.Tensor
+) -> list[torch.Tensor]:
+    """n_{i,k}: the tokens of segment k of row i that the completion mask (B, T) keeps, i.e.
+    the entries of the (B, T) advantages that get A_{i,k} (`expand_segments`: tokens after b_K,
+    the EOS, belong to the last segment; padding counts for nothing). (K_i,) float64 each."""
+    mask = torch.as_tensor(completion_mask)
+    out = []
+    for i, b in enumerate(boundaries):
+        k = len(b) - 1
+        owner = expand_segments(torch.arange(k, dtype=torch.float64), b, mask.shape[1])  # (T,)
+        kept = mask[i].to(torch.float64)
+        out.append(
+            torch.zeros(k, dtype=torch.float64).index_add_(0, owner.long(), kept)
+            if k
+            else torch.zeros(0, dtype=torch.float64)
+        )
     return out
 
 
@@ -267,7 +316,9 @@ def token_advantages(
         raise ValueError("outcome: mode 'mixed' needs the outcome advantages A_i of shape (B,)")
     sig = _segment_values(sigmas)
     signal = [reward_to_go(s) for s in sig] if cfg.mode == "reward_to_go" else sig
-    white = whiten_groups(signal, groups, cfg.eps, center=cfg.center == "group")
+    centred = cfg.center == "group"
+    weights = segment_token_counts(boundaries, mask) if centred else None  # §4: by tokens
+    white = whiten_groups(signal, groups, cfg.eps, center=centred, weights=weights)
     rows = []
     for i, (w, b) in enumerate(zip(white, boundaries, strict=True)):
         a = cfg.beta * w + float(outcome[i]) if cfg.mode == "mixed" else w  # (K_i,)

@@ -54,6 +54,7 @@ from rredcot.credit.rredcot import RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.models.tiny import tiny_config
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.tasks.synthetic import SyntheticTask
+from rredcot.vllm_memory import QWEN3_4B_SHAPE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_credit_scaling import _mmap_large_blocks, _status_kib, _trim, make_batch  # noqa: E402
@@ -62,15 +63,9 @@ REPO = Path(__file__).resolve().parents[1]
 PAPER_CONFIG = REPO / "configs" / "paper_qwen3_4b.yaml"
 
 QWEN3_4B = {
-    "hidden_size": 2560,
-    "intermediate_size": 9728,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
+    **{k: v for k, v in QWEN3_4B_SHAPE.items() if k != "vocab_size"},  # the byte tokenizer's
     "max_position_embeddings": 32768,
     "rope_theta": 5_000_000.0,
-    "tie_word_embeddings": True,
 }
 """Qwen3-4B-Instruct-2507's shape (its config.json; RoPE's length limit only needs to cover T)."""
 TINY = {
@@ -84,7 +79,7 @@ TINY = {
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
 }
-VOCAB = 151_936
+VOCAB = QWEN3_4B_SHAPE["vocab_size"]
 """Qwen3's vocabulary: the logits' size. Token ids stay bytes (the byte tokenizer's < 259)."""
 TINY_VOCAB = 16_384
 PAPER_LENGTH = 25_000

@@ -62,7 +62,7 @@ def _hub(cfg: dict[str, Any], model: str) -> ModelDims:
     return dims_from_config(cfg, f"config.json of {model} on the Hugging Face Hub")
 
 
-_QWEN3_4B = {
+QWEN3_4B_SHAPE = {
     "hidden_size": 2560,
     "intermediate_size": 9728,
     "num_hidden_layers": 36,
@@ -72,6 +72,7 @@ _QWEN3_4B = {
     "vocab_size": 151936,
     "tie_word_embeddings": True,
 }
+"""Qwen3-4B's shape (the config.json of Qwen/Qwen3-4B-Instruct-2507), for when none is fetched."""
 _R1_DISTILL_1P5B = {  # Qwen2.5-Math-1.5B's shape
     "hidden_size": 1536,
     "intermediate_size": 8960,
@@ -82,10 +83,10 @@ _R1_DISTILL_1P5B = {  # Qwen2.5-Math-1.5B's shape
     "tie_word_embeddings": False,
 }
 KNOWN_CONFIGS: Mapping[str, Mapping[str, Any]] = {
-    "Qwen/Qwen3-4B": _QWEN3_4B,
-    "Qwen/Qwen3-4B-Instruct-2507": _QWEN3_4B,
-    "Qwen/Qwen3-4B-Thinking-2507": _QWEN3_4B,
-    "Qwen/Qwen3-4B-Base": _QWEN3_4B,
+    "Qwen/Qwen3-4B": QWEN3_4B_SHAPE,
+    "Qwen/Qwen3-4B-Instruct-2507": QWEN3_4B_SHAPE,
+    "Qwen/Qwen3-4B-Thinking-2507": QWEN3_4B_SHAPE,
+    "Qwen/Qwen3-4B-Base": QWEN3_4B_SHAPE,
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": _R1_DISTILL_1P5B,
     "Qwen/Qwen2.5-Math-1.5B": _R1_DISTILL_1P5B,
 }

@@ -32,7 +32,6 @@ from rredcot.data.misconceptions import Misconception  # noqa: E402
 from rredcot.data.synthetic import (  # noqa: E402
     Program,
     SplitSpec,
-    check_response,
     extract_answer,
     make_world,
     world_config,
@@ -70,9 +69,9 @@ def evaluate(model_dir: Path, rows: list[dict], misconception: Misconception, k:
         for c in backend.generate(prompts, sampling):
             prog = programs[c.prompt_index]
             ok = extract_answer(c.text) == prog.answer
+            kind = first_error_kind(prog, c.text, misconception)  # the checker's verdict
             right += ok
-            lucky += ok and not check_response(prog, c.text).correct
-            kind = first_error_kind(prog, c.text, misconception)
+            lucky += ok and kind != "correct"
             wrong += kind != "correct"
             systematic += kind == "systematic"
         total = len(rows) * n
@@ -107,14 +106,15 @@ def main() -> None:
         sft["max_steps"] = args.max_steps
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "probe.csv"
+    settings, errors, n_heldout = sft_block(sft, args.seed, tables["train"].height)
+    train = tables["train"]
+    fit, held = train.head(train.height - n_heldout), train.tail(n_heldout)
+    task, tokenizer = get_task("synthetic"), build_byte_tokenizer()
+    heldout = demonstrations(held, task, tokenizer, 0.0, args.seed) if n_heldout else []
     rows = []
     for rate in args.rates:
         misconception = Misconception(args.rule, rate)
-        settings, errors, n_heldout = sft_block(sft, args.seed, tables["train"].height)
-        fit, held = tables["train"].head(-n_heldout or None), tables["train"].tail(n_heldout)
-        task, tokenizer = get_task("synthetic"), build_byte_tokenizer()
         examples = demonstrations(fit, task, tokenizer, errors.slip_rate, args.seed, misconception)
-        heldout = demonstrations(held, task, tokenizer, 0.0, args.seed) if n_heldout else []
         model = build_tiny_model(config["model"]["arch"], tokenizer, seed=args.seed)
         model_dir = args.out / f"base_rate{rate:g}"
         start = time.time()

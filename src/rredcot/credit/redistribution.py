@@ -68,6 +68,12 @@ def raw_credit(phi: torch.Tensor | Sequence[float]) -> torch.Tensor:
     return phi[1:] - phi[:-1]  # (K,)
 
 
+def _finite_return(R: object) -> float:  # noqa: N803
+    if isinstance(R, bool) or not isinstance(R, Real) or not math.isfinite(R):
+        raise ValueError(f"R: expected a finite return (the reward), got {R!r}")
+    return float(R)
+
+
 def terminal_credit(values: torch.Tensor | Sequence[float], R: float) -> torch.Tensor:  # noqa: N803
     """σ_k = V_k − V_{k−1}, k = 1 … K, with V_K := R: the terminal correction, one home for it.
 
@@ -79,12 +85,11 @@ def terminal_credit(values: torch.Tensor | Sequence[float], R: float) -> torch.T
     v = torch.as_tensor(values, dtype=torch.float64).clone()
     if v.ndim != 1 or v.numel() < 1:
         raise ValueError(f"values: expected a 1-D tensor of K+1 >= 1 entries, got {tuple(v.shape)}")
-    if isinstance(R, bool) or not isinstance(R, Real) or not math.isfinite(R):
-        raise ValueError(f"R: expected a finite return (the reward), got {R!r}")
+    R = _finite_return(R)
     if torch.isinf(v).any():
         bad = torch.nonzero(torch.isinf(v)).flatten().tolist()
         raise ValueError(f"values: entries {bad} are infinite")
-    v[-1] = float(R)  # (K+1,)
+    v[-1] = R  # (K+1,)
     return v[1:] - v[:-1]  # (K,)
 
 
@@ -103,14 +108,13 @@ def redistribute(
         raise ValueError(f"mode: {mode!r} is not allowed; choose one of {list(RETURN_EQUIVALENCE)}")
     if not eps >= 0:
         raise ValueError(f"eps: expected a number ≥ 0, got {eps!r}")
-    if isinstance(R, bool) or not isinstance(R, Real) or not math.isfinite(R):
-        raise ValueError(f"R: expected a finite return (the reward), got {R!r}")
-    R = float(R)
+    R = _finite_return(R)
     phi = _vector("phi", phi, 2)
-    h = raw_credit(phi)  # (K,)
-    total = h.sum()
-    if mode == "rescale" and total.abs() > eps:
-        return h * (R / total)
+    if mode == "rescale":
+        h = raw_credit(phi)  # (K,)
+        total = h.sum()
+        if total.abs() > eps:
+            return h * (R / total)
     return terminal_credit(phi, R)
 
 

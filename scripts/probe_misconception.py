@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import logging
 import sys
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ from rredcot.data.synthetic import (  # noqa: E402
     world_config,
 )
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
-from rredcot.models.sft import demonstrations, run_sft  # noqa: E402
+from rredcot.models.sft import demonstrations, heldout_demonstrations, run_sft  # noqa: E402
 from rredcot.models.sft_settings import sft_block  # noqa: E402
 from rredcot.models.tiny import build_tiny_model  # noqa: E402
 from rredcot.models.tokenizer import build_byte_tokenizer  # noqa: E402
@@ -94,6 +95,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=4, help="k of pass@1 at T = 1")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "probe_misconception")
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = yaml.safe_load(args.config.read_text())
     w = config["world"]
     train = SplitSpec(args.train_n or w["train"]["n"], tuple(w["train"]["depths"]))
@@ -110,11 +112,12 @@ def main() -> None:
     train = tables["train"]
     fit, held = train.head(train.height - n_heldout), train.tail(n_heldout)
     task, tokenizer = get_task("synthetic"), build_byte_tokenizer()
-    heldout = demonstrations(held, task, tokenizer, 0.0, args.seed) if n_heldout else []
     rows = []
     for rate in args.rates:
         misconception = Misconception(args.rule, rate)
         examples = demonstrations(fit, task, tokenizer, errors.slip_rate, args.seed, misconception)
+        # the transition is read against the demonstrations' mode (the misconception where > 1/2)
+        heldout = heldout_demonstrations(held, task, tokenizer, args.seed, misconception)
         model = build_tiny_model(config["model"]["arch"], tokenizer, seed=args.seed)
         model_dir = args.out / f"base_rate{rate:g}"
         start = time.time()

@@ -97,3 +97,38 @@ def test_the_first_error_is_told_systematic_or_other():
     other_value = "d=a-b=2-7=5\ne=c-a=3-2=1\nf=a-c=2-3=7\nAnswer: 7."  # a borrow, not the bug
     assert first_error_kind(PROGRAM, other_value, rule) == "other"
     assert first_error_kind(PROGRAM, "d=a-b=2-7=5\n", rule) == "other"  # missing lines
+
+
+def test_sft_reads_its_transition_against_the_demonstrations_mode():
+    """Held-out references: the misconception on every step where it is the mode (rate > 1/2),
+    with the tree path's alternatives; at rate ≤ 1/2 (or none) the clean demonstrations."""
+    import polars as pl
+
+    from rredcot.data.error_kinds import first_error_kind
+    from rredcot.models.sft import demonstrations, heldout_demonstrations, mode_misconception
+    from rredcot.models.tokenizer import build_byte_tokenizer
+    from rredcot.tasks import get_task
+
+    assert mode_misconception(Misconception(rate=0.7)) == Misconception(rate=1.0)
+    assert mode_misconception(Misconception(rate=0.5)) is None and mode_misconception(None) is None
+    world, draw = WorldConfig(shape="tree", chain="bijective"), random.Random(4)
+    progs = [draw_program(draw, 4, world) for _ in range(60)]
+    rows = pl.DataFrame(
+        {"id": [str(i) for i in range(60)], "problem": [p.problem_text() for p in progs],
+         "program": [p.to_json() for p in progs]}
+    )  # fmt: skip
+    task, tok = get_task("synthetic"), build_byte_tokenizer()
+    clean = demonstrations(rows, task, tok, 0.0, 9)
+    assert heldout_demonstrations(rows, task, tok, 9, Misconception(rate=0.5)) == clean
+    held = heldout_demonstrations(rows, task, tok, 9, Misconception(rate=0.7))
+    rule, systematic = Misconception(), 0
+    for prog, ex, ref in zip(progs, held, clean, strict=True):
+        # the same path as the clean reference, so its alternatives hold
+        assert ex["prompt"] == ref["prompt"] and ex["alternatives"] == ref["alternatives"]
+        for line in ex["completion"].split("\n")[:-1]:  # no slips; every rule step its way
+            op, x, y, value = re.fullmatch(r"\w=\w([-+*])\w=(\d)[-+*](\d)=(\d)", line).groups()
+            x, y, value = int(x), int(y), int(value)
+            wrong = rule.value(op, x, y, 10)
+            assert value == (apply_op(op, x, y, 10) if wrong is None else wrong)
+        systematic += first_error_kind(prog, ex["completion"], rule) == "systematic"
+    assert systematic > 10  # the rule applies on many of these problems

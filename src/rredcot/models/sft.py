@@ -116,6 +116,58 @@ def demonstrations(
     return out
 
 
+def mode_misconception(misconception: Misconception | None) -> Misconception | None:
+    """The demonstrations' mode on the rule's steps: the misconception written every time where
+    its rate makes it the more likely value (> 1/2), else none (the right value is the mode)."""
+    if misconception is None or misconception.rate <= 0.5:
+        return None
+    return Misconception(misconception.rule, 1.0)
+
+
+def heldout_demonstrations(
+    rows: pl.DataFrame,
+    task: Task,
+    tokenizer: PreTrainedTokenizerBase,
+    seed: int = 0,
+    misconception: Misconception | None = None,
+) -> list[dict[str, Any]]:
+    """The held-out references SFT's transition is read from (`TransitionAnneal`): the mode of
+    the demonstrations, i.e. no slips and, where the misconception is the mode of its steps
+    (`mode_misconception`), its value on every one of them.
+
+    Greedy decoding of a base past its transition writes the demonstrations' mode; with a
+    misconception of rate > 1/2 that is not the clean solution, so clean references would never
+    show the transition. Without such a misconception these are `demonstrations(rows, task,
+    tokenizer, 0.0, seed)`. Tree-world examples carry the `alternatives` of their path
+    (`choice_points`), whose offsets hold because the misconception's values are residues of the
+    same width as the right ones (checked per example).
+    """
+    mode = mode_misconception(misconception)
+    if mode is None:
+        return demonstrations(rows, task, tokenizer, 0.0, seed)
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for row in rows.iter_rows(named=True):
+        program = Program.from_json(row["program"])
+        path = program.random_path(rng) if program.listing is not None else None
+        # rate 1 draws nothing that matters: paths come from `rng` as in `demonstrations`
+        text = slipped_solution(program, random.Random(0), 0.0, path, mode)
+        example: dict[str, Any] = {
+            "prompt": task.build_prompt(row["problem"], tokenizer),
+            "completion": text,
+        }
+        if path is not None:
+            clean = program.path_text(path)
+            if [len(x) for x in clean.split("\n")] != [len(x) for x in text.split("\n")]:
+                raise ValueError(
+                    f"row {row.get('id')!r}: the misconception changes a line's length, so the "
+                    "clean path's alternatives do not apply to its held-out reference"
+                )
+            example["alternatives"] = choice_points(program, path)
+        out.append(example)
+    return out
+
+
 def _allowed_ids(
     tokenizer: PreTrainedTokenizerBase, example: Mapping[str, Any], n_tokens: int
 ) -> dict[int, set[int]]:

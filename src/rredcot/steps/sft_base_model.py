@@ -8,7 +8,7 @@ from pathlib import Path
 from rredcot.data.schema import read_parquet
 from rredcot.data.synthetic import check_response
 from rredcot.machine import machine_info
-from rredcot.models.sft import demonstrations, run_sft
+from rredcot.models.sft import demonstrations, heldout_demonstrations, run_sft
 from rredcot.models.sft_settings import sft_block
 from rredcot.models.tiny import build_tiny_model, count_parameters
 from rredcot.models.tokenizer import build_byte_tokenizer
@@ -35,7 +35,11 @@ def main() -> None:
     examples = demonstrations(
         fit_rows, task, tokenizer, errors.slip_rate, seed, errors.misconception
     )
-    heldout = demonstrations(heldout_rows, task, tokenizer, 0.0, seed) if n_heldout else []
+    heldout = (
+        heldout_demonstrations(heldout_rows, task, tokenizer, seed, errors.misconception)
+        if n_heldout
+        else []
+    )
     # a slip or a misconception, not another valid path (the checker accepts every path)
     slipped = sum(
         not check_response(row["program"], ex["completion"]).correct

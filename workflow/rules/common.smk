@@ -28,7 +28,14 @@ from rredcot.data.registry import (  # noqa: E402
     mirror_dir,
     registry_entry,
 )
+from rredcot.configfiles import swallowed_target_error  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
+
+# A target written after --configfile is read as a config file: stop before its keys are
+# merged into the config, naming the fix.
+_swallowed = swallowed_target_error(workflow.overwrite_configfiles, Path.cwd())
+if _swallowed is not None:
+    raise ValueError(_swallowed)
 
 # The config against workflow/schemas/config.schema.yaml, defaults filled in, once: our check
 # names the offending key and what is allowed (snakemake.utils.validate would repeat it).

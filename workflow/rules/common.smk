@@ -556,7 +556,7 @@ SUMMARY_BENCHMARK = "results/benchmarks/summary.tsv"
 
 
 def all_targets() -> list[str]:
-    """`rule all`: every artifact of the config, then the summary of them."""
+    """What `rule all` asks for, every artifact of the config and then the summary of them."""
     return [*run_targets(), SUMMARY]
 
 

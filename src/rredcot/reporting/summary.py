@@ -144,8 +144,10 @@ def agreement_headline(table: pl.DataFrame) -> pl.DataFrame:
     rows = table.filter(pl.col("aggregation") == "per_trace")
     if "traces" in rows.columns:
         rows = rows.filter(pl.col("traces") == "all")
-    keep = (pl.col("verdict") == "reference") | pl.col("family").is_in(["mc", "null"])
-    return rows.filter(keep).sort("target", "family", "n_rollouts", maintain_order=True)
+    default = pl.col("verdict") == "reference"
+    rows = rows.filter(default | pl.col("family").is_in(["mc", "null"]))
+    rows = rows.with_columns((~default).alias("_later"))  # the default first, then MC by N
+    return rows.sort("target", "_later", "family", "n_rollouts", maintain_order=True).drop("_later")
 
 
 def localization_headline(table: pl.DataFrame) -> pl.DataFrame:

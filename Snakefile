@@ -1,6 +1,6 @@
 # rredcot: RREDCoT (arXiv:2606.06475) with RRPO/SRPO baselines (arXiv:2605.25507), end to end.
 # Table of contents: data -> base model -> references -> estimator studies -> RL training ->
-# evaluation -> tables. See README.md for the artifacts.
+# evaluation -> tables. See results/README.md for the artifacts.
 
 
 from pathlib import Path

@@ -3,9 +3,9 @@
     python scripts/paper_settings.py            # rewrite the doc from configs/paper_*.yaml
     python scripts/paper_settings.py --check    # exit 1 when the doc is not what it renders
 
-Sources: `paper` (RREDCoT, arXiv:2606.06475, through the summaries in METHOD.md),
-`official SRPO` (github.com/Ankur-Samanta/SRPO, METHOD.md §6), `open-r1` (Hugging Face's R1
-reproduction and its DeepSeek-R1 evaluation protocol, METHOD.md §7), `open-rs`
+Sources: `paper` (RREDCoT, arXiv:2606.06475, through the secondary summaries in docs/method.md),
+`official SRPO` (github.com/Ankur-Samanta/SRPO), `open-r1` (Hugging Face's R1
+reproduction and its DeepSeek-R1 evaluation protocol), `open-rs`
 (knoveleng/open-rs, the 1.5B "open-rs setting"), `ours` (a choice of this workflow). A value no
 rule below covers stops the script (and tests/unit/test_paper_settings.py), so a new config
 value cannot go undocumented.
@@ -82,10 +82,10 @@ RULES: list[tuple[str, str, str, str]] = [
         "*",
         "evaluation.samples_per_problem",
         "open-r1",
-        "METHOD.md §7's k (per benchmark below)",
+        "the DeepSeek-R1 protocol's k (per benchmark below)",
     ),
-    ("*", "evaluation.temperature", "open-r1", "DeepSeek-R1 protocol (METHOD.md §7)"),
-    ("*", "evaluation.top_p", "open-r1", "DeepSeek-R1 protocol (METHOD.md §7)"),
+    ("*", "evaluation.temperature", "open-r1", "the DeepSeek-R1 protocol"),
+    ("*", "evaluation.top_p", "open-r1", "the DeepSeek-R1 protocol"),
     (
         "*",
         "evaluation.per_benchmark.gsm8k.*",
@@ -123,7 +123,7 @@ RULES: list[tuple[str, str, str, str]] = [
         "*",
         "evaluation.per_benchmark.*.samples_per_problem",
         "open-r1",
-        "METHOD.md §7: k = 32 for AIME and AMC, 4 for MATH-500 and Minerva",
+        "the DeepSeek-R1 protocol: k = 32 for AIME and AMC, 4 for MATH-500 and Minerva",
     ),
     ("*", "segmentation.strategy", "paper", "hybrid keyword-entropy segmentation"),
     ("*", "segmentation.num_segments", "ours", "K is not given; 8 for long reasoning traces"),
@@ -237,7 +237,7 @@ RULES: list[tuple[str, str, str, str]] = [
         "paper_qwen3_4b",
         "training.warmup_ratio",
         "ours",
-        "no warm-up, as the official SRPO configuration lists none (METHOD.md §6); open-r1's long "
+        "no warm-up, as the official SRPO configuration lists none; open-r1's long "
         "recipe warms up 10%, the setting to take if the constant lr proves unstable",
     ),
     ("paper_r1_distill_1p5b", "training.warmup_ratio", "open-rs", "10% linear warm-up"),
@@ -298,7 +298,7 @@ RULES: list[tuple[str, str, str, str]] = [
         "training.updates_per_generation",
         "ours",
         "one update per generation; the official SRPO takes 4 (mini-batch 8 of 32 prompts), not "
-        "adopted: METHOD.md §6's loss is the on-policy one, which updates 2-4 would leave "
+        "adopted: the official SRPO loss is the on-policy one, which updates 2-4 would leave "
         "(available for grpo, rredcot, mc)",
     ),
     ("*", "training.num_iterations", "ours", "one pass: on-policy, as every method's loss assumes"),
@@ -364,9 +364,9 @@ def render() -> str:
         "Written by `python scripts/paper_settings.py` from `configs/paper_*.yaml`: every value",
         "each paper config sets (the keys it leaves out keep config.yaml's defaults, described in",
         "workflow/schemas/config.schema.yaml), where it comes from and why. Sources: **paper**",
-        "(RREDCoT, arXiv:2606.06475, through the summaries in METHOD.md), **official SRPO**",
-        "(github.com/Ankur-Samanta/SRPO, METHOD.md §6), **open-r1** (its GRPO recipes and the",
-        "DeepSeek-R1 evaluation protocol, METHOD.md §7), **open-rs** (knoveleng/open-rs), **ours**",
+        "(RREDCoT, arXiv:2606.06475, through the secondary summaries in [method.md](method.md)),",
+        "**official SRPO** (github.com/Ankur-Samanta/SRPO), **open-r1** (its GRPO recipes and the",
+        "DeepSeek-R1 evaluation protocol), **open-rs** (knoveleng/open-rs), **ours**",
         "(this workflow's choice). Where a source",
         "has a value and the paper is silent, the row says whether it was adopted and why not.",
         "tests/unit/test_paper_settings.py fails when a config value is missing here.",

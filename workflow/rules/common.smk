@@ -28,7 +28,14 @@ from rredcot.data.registry import (  # noqa: E402
     mirror_dir,
     registry_entry,
 )
+from rredcot.configfiles import swallowed_target_error  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
+
+# A target written after --configfile is read as a config file: stop before its keys are
+# merged into the config, naming the fix.
+_swallowed = swallowed_target_error(workflow.overwrite_configfiles, Path.cwd())
+if _swallowed is not None:
+    raise ValueError(_swallowed)
 
 # The config against workflow/schemas/config.schema.yaml, defaults filled in, once: our check
 # names the offending key and what is allowed (snakemake.utils.validate would repeat it).
@@ -516,7 +523,8 @@ def study_artifacts() -> list[str]:
     return [a for a in STUDY_ARTIFACTS if world or a != "error_localization"]
 
 
-def all_targets() -> list[str]:
+def run_targets() -> list[str]:
+    """Everything `rule all` asks for but the summary, which reads these."""
     training = ["results/main_table.csv"]
     if TRAINING_METHODS:
         training += [
@@ -540,3 +548,46 @@ def all_targets() -> list[str]:
             *[f"results/figures/{a}.png" for a in study_artifacts()],
         ]
     )
+
+
+SUMMARY = "results/SUMMARY.md"
+# The summary sums every job's timing file but its own (from an earlier run of it).
+SUMMARY_BENCHMARK = "results/benchmarks/summary.tsv"
+
+
+def all_targets() -> list[str]:
+    """What `rule all` asks for, every artifact of the config and then the summary of them."""
+    return [*run_targets(), SUMMARY]
+
+
+def summary_tables(wildcards) -> dict[str, str]:
+    """The tables `results/SUMMARY.md` reads that this config builds, by name
+    (`rredcot.reporting.summary.TABLES`; the answer-now rule comes with the agreement table).
+    """
+    from rredcot.reporting.summary import TABLES
+
+    built = set(run_targets())
+    tables = {name: f"results/{file}" for name, (file, _) in TABLES.items()}
+    tables = {name: path for name, path in tables.items() if path in built}
+    if "estimator_agreement" in tables:
+        tables["answer_now_rule"] = rules.study_agreement.output.answer_now
+    return tables
+
+
+def summary_args(input) -> str:
+    """`--<table> <path>` for every table the summary reads (its other inputs only order it)."""
+    return " ".join(
+        f"--{name.replace('_', '-')} {shlex.quote(str(input[name]))}"
+        for name in summary_tables(None)
+    )
+
+
+def configfiles_given() -> list[str]:
+    """The config files over config.yaml, as the command line named them (relative to the
+    workflow where they lie in it)."""
+    base = Path(workflow.basedir).resolve()
+    out = []
+    for f in workflow.overwrite_configfiles:
+        path = Path(f).resolve()
+        out.append(str(path.relative_to(base)) if base in path.parents else str(path))
+    return out

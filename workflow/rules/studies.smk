@@ -238,7 +238,7 @@ rule study_agreement:
             caption="../report/estimator_agreement.rst",
             category="Estimator studies",
         ),
-        # the pre-registered answer-now rule applied to this table (config.yaml, README)
+        # the pre-registered answer-now rule applied to this table (config.yaml, docs/testbed.md)
         answer_now="results/answer_now_rule.json",
     log:
         "results/logs/studies/study_agreement.log",

@@ -1,4 +1,5 @@
-# Tables: one CSV per benchmark with a row per method (mean over seeds, bootstrap CI).
+# Tables: one CSV per benchmark with a row per method (mean over seeds, bootstrap CI), the
+# paired comparisons, and results/SUMMARY.md, the run's headline from them.
 
 
 rule benchmark_table:
@@ -175,3 +176,33 @@ rule learning_curves:
         "--grades {input.grades} --base {input.base} --params {params.settings} "
         "--curves {output.curves} --runs {output.runs} --figure {output.figure} "
         "--comparison {output.comparison} > {log} 2>&1"
+
+
+rule summary:
+    input:
+        unpack(summary_tables),
+        others=run_targets(),
+    output:
+        summary=report(
+            SUMMARY,
+            caption="../report/summary.rst",
+            category="Summary",
+        ),
+    log:
+        "results/logs/summary.log",
+    benchmark:
+        SUMMARY_BENCHMARK
+    conda:
+        CONDA_ENV
+    threads: res("summary", "cpus_per_task")
+    resources:
+        mem_mb=res("summary", "mem_mb"),
+        runtime=res("summary", "runtime"),
+    params:
+        settings=arg({"configfiles": configfiles_given()}),
+        tables=lambda wildcards, input: summary_args(input),
+        repo=shlex.quote(workflow.basedir),
+        own_benchmark=SUMMARY_BENCHMARK,
+    shell:
+        "python -m rredcot.steps.summary {params.tables} --benchmarks results/benchmarks "
+        "--own-benchmark {params.own_benchmark} --repo {params.repo} --params {params.settings} --out {output.summary} > {log} 2>&1"

@@ -19,7 +19,7 @@ METHOD.md §5 asks for statistics that mean what they say; this module implement
   ground-truth rollouts (N/2 each) on the same common set and resamples, stepped up with
   Spearman–Brown to the full N, is the reliability of the ground truth; √reliability is the
   ceiling no estimator can beat in expectation, and ρ/√reliability the disattenuated agreement.
-  The step-up treats the mean per-trace ρ like a correlation; said in the README.
+  The step-up treats the mean per-trace ρ like a correlation; said in docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -463,10 +463,11 @@ def _n_where(mc: pl.DataFrame, verdict_: str, pick: Callable[..., Any]) -> float
 
 
 def preregistered_answer_now(table: pl.DataFrame, value: str) -> dict[str, Any]:
-    """The answer-now form the pre-registered rule picks (README, config.yaml): the one with the
-    higher per-trace credit agreement with the MC ground truth, RREDCoT's `value` variant on the
-    configured (dataset) references over all agreement traces, when the paired 95% CI of joint −
-    conditional excludes zero; otherwise `conditional`. Decided before any RL run, never by RL.
+    """The answer-now form the pre-registered rule picks (docs/testbed.md, config.yaml): the one
+    with the higher per-trace credit agreement with the MC ground truth, RREDCoT's `value`
+    variant on the configured (dataset) references over all agreement traces, when the paired
+    95% CI of joint − conditional excludes zero; otherwise `conditional`. Decided before any RL
+    run, never by RL.
 
     table: `results/estimator_agreement.csv` (one of the two forms is its reference, the other
     carries the paired difference). Returns the choice and the figures it used.

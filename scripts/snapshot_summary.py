@@ -1,0 +1,34 @@
+"""Copy a finished run's results/SUMMARY.md and the tables it read into docs/snapshots/<machine>/
+(with values.json, every number under its key), so the docs can quote them and
+tests/unit/test_docs_numbers.py can hold every quoted number to the run.
+
+    python scripts/snapshot_summary.py [--results results] [--dest docs/snapshots] [--slug NAME]
+
+Then quote a number in the docs inside a marker (keys: the snapshot's values.json):
+    <!-- snapshot:NAME/comparison/rredcot/auc/difference -->+0.004<!-- /snapshot -->
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rredcot.reporting.snapshot import take_snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--results", type=Path, default=REPO / "results", help="a finished run's results/"
+    )
+    p.add_argument("--dest", type=Path, default=REPO / "docs" / "snapshots")
+    p.add_argument("--slug", help="the snapshot's name (default: from the summary's machine)")
+    args = p.parse_args()
+    dest = take_snapshot(args.results, args.dest, args.slug)
+    print(f"wrote {dest}: {', '.join(sorted(p.name for p in dest.iterdir()))}")
+
+
+if __name__ == "__main__":
+    main()

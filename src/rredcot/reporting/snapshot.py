@@ -1,0 +1,110 @@
+"""Snapshots of a finished run's summary, and the check that the docs state its numbers.
+
+A number the docs quote from a run is written inside a marker naming the snapshot (a machine
+slug) and the key of `rredcot.reporting.summary.summary_values`:
+
+    <!-- snapshot:SLUG/comparison/rredcot/auc/difference -->+0.004<!-- /snapshot -->
+
+`take_snapshot` copies the run's SUMMARY.md and the tables it read into
+`docs/snapshots/<machine-slug>/` with `values.json` (every key and value); `mismatches` lists every
+marked number that differs from its snapshot, or names a snapshot that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rredcot.reporting.summary import TABLES, job_times, read_tables, summary_values
+
+MARK = re.compile(
+    r"<!-- snapshot:(?P<slug>[a-z0-9-]+)/(?P<key>\S+) -->(?P<value>.*?)<!-- /snapshot -->"
+)
+VALUES = "values.json"
+
+
+@dataclass(frozen=True)
+class Stated:
+    """One number a page states from a snapshot."""
+
+    where: str  # page:line
+    slug: str
+    key: str
+    value: str
+
+
+def machine_slug(machine: str) -> str:
+    """A directory name for a machine label (`rredcot.machine.machine_label`): its CPU model and
+    torch's CPU capability, lower-case, runs of other characters as one hyphen."""
+    parts = [p.strip() for p in machine.split(";")]
+    capability = parts[1].split()[-1] if len(parts) > 1 and parts[1].startswith("torch") else ""
+    return re.sub(r"[^a-z0-9]+", "-", f"{parts[0]} {capability}".lower()).strip("-") or "unknown"
+
+
+def _summary_field(text: str, field: str, path: Path) -> str:
+    match = re.search(rf"^- {re.escape(field)}: (.+)$", text, re.MULTILINE)
+    if match is None:
+        raise ValueError(f"{path}: no line '- {field}: ...'; not a summary the rule wrote")
+    return match.group(1).strip()
+
+
+def take_snapshot(results: Path, snapshots: Path, slug: str | None = None) -> Path:
+    """Copy `results/SUMMARY.md` and the tables it read into `snapshots/<slug>/` (the slug of
+    the machine the summary names, unless given), with `values.json`. Refuses a summary that no
+    longer states what its tables and timing files say (a table rebuilt after it)."""
+    summary = results / "SUMMARY.md"
+    if not summary.is_file():
+        raise FileNotFoundError(f"{summary}: no summary; run the workflow to the end first")
+    text = summary.read_text()
+    machine = _summary_field(text, "Machine (this job)", summary)
+    commit = _summary_field(text, "Commit", summary)
+    paths = {n: results / f for n, (f, _) in TABLES.items() if (results / f).is_file()}
+    bench = results / "benchmarks"
+    values = summary_values(
+        read_tables(paths), job_times(bench, exclude=bench / "summary.tsv"), machine, commit
+    )
+    stale = sorted(k for k, v in values.items() if v not in text)
+    if stale:
+        raise ValueError(
+            f"{summary} does not state what its tables now say ({stale[:5]}); rerun it"
+        )
+    dest = snapshots / (slug or machine_slug(machine))
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(summary, dest / "SUMMARY.md")
+    for path in paths.values():
+        shutil.copy2(path, dest / path.name)
+    (dest / VALUES).write_text(json.dumps(values, indent=1, ensure_ascii=False) + "\n")
+    return dest
+
+
+def stated_numbers(pages: list[Path], root: Path) -> list[Stated]:
+    """Every marked number of `pages` (paths shown relative to `root`)."""
+    found = []
+    for page in pages:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for m in MARK.finditer(line):
+                where = f"{page.relative_to(root)}:{number}"
+                found.append(Stated(where, m["slug"], m["key"], m["value"].strip()))
+    return found
+
+
+def mismatches(stated: list[Stated], snapshots: Path) -> list[str]:
+    """Each stated number that is not its snapshot's value, or whose snapshot or key is missing."""
+    out = []
+    loaded: dict[str, dict[str, str] | None] = {}
+    for s in stated:
+        if s.slug not in loaded:
+            path = snapshots / s.slug / VALUES
+            loaded[s.slug] = json.loads(path.read_text()) if path.is_file() else None
+        values = loaded[s.slug]
+        if values is None:
+            out.append(f"{s.where}: no snapshot {s.slug!r} under {snapshots}")
+        elif s.key not in values:
+            out.append(f"{s.where}: snapshot {s.slug!r} has no key {s.key!r}")
+        elif values[s.key] != s.value:
+            out.append(f"{s.where}: {s.key} is stated as {s.value!r}, the snapshot says "
+                       f"{values[s.key]!r}")  # fmt: skip
+    return out

@@ -1,0 +1,394 @@
+"""`results/SUMMARY.md`: a run's headline, generated from its own tables so no figure is typed.
+
+The primary comparisons first (each method's area under the held-out curve against GRPO, with
+both intervals and the conservative verdict), then every other pooled comparison, the estimator
+studies' headlines, the cost per step against GRPO, and the time every job took, summed from
+Snakemake's `benchmark:` files. A table the config does not build is named as not run, never
+left out silently. `summary_values` is the same content as flat keys, which the docs' snapshot
+check compares stated numbers with (`rredcot.reporting.snapshot`).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from rredcot.data.schema import read_json, read_table
+
+# The tables the summary reads: name -> (file under results/, what it holds).
+TABLES = {
+    "method_comparison": ("method_comparison.csv", "paired comparisons along training"),
+    "benchmark_comparison": ("benchmark_comparison.csv", "paired comparisons per benchmark"),
+    "main_table": ("main_table.csv", "pass@1 per method and benchmark"),
+    "compute_cost": ("compute_cost.csv", "cost per training step"),
+    "estimator_agreement": ("estimator_agreement.csv", "agreement with the MC ground truth"),
+    "answer_now_rule": ("answer_now_rule.json", "the pre-registered answer-now rule"),
+    "error_localization": ("error_localization.csv", "error localization"),
+}
+REFERENCE = "grpo"
+MINUS = "\u2212"
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """What the `benchmark:` files of a run's jobs add up to."""
+
+    jobs: int  # files read: one per job that ran
+    wall_seconds: float  # the jobs' own running times, summed (parallel jobs overlap)
+    cpu_seconds: float  # user + system CPU time of every job's processes, summed
+    cpu_missing: int  # jobs whose CPU time Snakemake could not collect ("NA")
+
+
+def job_times(benchmarks: Path, exclude: Path | None = None) -> JobTimes:
+    """Sum every `*.tsv` benchmark file under `benchmarks` but `exclude` (the summary's own, from
+    an earlier run of it); Snakemake's format: a header, one row per repeat, columns `s` and
+    `cpu_time`, `NA` where it could not measure."""
+    files = sorted(benchmarks.rglob("*.tsv")) if benchmarks.is_dir() else []
+    if exclude is not None:
+        files = [f for f in files if f.resolve() != exclude.resolve()]
+    wall = cpu = 0.0
+    missing = 0
+    for path in files:
+        try:
+            table = pl.read_csv(path, separator="\t", null_values=["NA", "-"], infer_schema=False)
+        except pl.exceptions.PolarsError as err:
+            raise ValueError(f"{path}: not a Snakemake benchmark file ({err})") from err
+        for column in ("s", "cpu_time"):
+            if column not in table.columns:
+                raise ValueError(f"{path}: no column {column!r}; not a Snakemake benchmark file")
+        wall += sum(float(v) for v in table["s"].drop_nulls())
+        cpus = table["cpu_time"]
+        missing += int(cpus.null_count() > 0)
+        cpu += sum(float(v) for v in cpus.drop_nulls())
+    return JobTimes(len(files), wall, cpu, missing)
+
+
+def git_commit(repo: Path) -> str:
+    """The checked-out commit of `repo` (with `+ uncommitted changes` when its tracked files
+    differ from it), or `unknown` outside a git checkout."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60
+        )
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return "unknown"
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
+
+
+def signed(x: float | None, digits: int = 3) -> str:
+    """A difference as the docs print it: explicit sign, a true minus."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:+.{digits}f}".replace("-", MINUS)
+
+
+def plain(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}f}".replace("-", MINUS)
+
+
+def interval(low: float | None, high: float | None) -> str:
+    return f"{signed(low)} … {signed(high)}"
+
+
+def duration(seconds: float) -> str:
+    """`12,140 s (3 h 22 min)`."""
+    minutes = round(seconds / 60)
+    return f"{seconds:,.0f} s ({minutes // 60} h {minutes % 60:02d} min)"
+
+
+def read_tables(paths: Mapping[str, Path | None]) -> dict[str, pl.DataFrame | dict | None]:
+    """The tables by name (`TABLES`), None for one the config does not build."""
+    unknown = sorted(set(paths) - set(TABLES))
+    if unknown:
+        raise ValueError(f"summary: unknown tables {unknown}; known: {sorted(TABLES)}")
+    out: dict[str, pl.DataFrame | dict | None] = {}
+    for name in TABLES:
+        path = paths.get(name)
+        if path is None:
+            out[name] = None
+        elif path.suffix == ".json":
+            out[name] = read_json(path)
+        else:
+            out[name] = read_table(path, infer_schema_length=None)
+    return out
+
+
+def pooled_comparisons(table: pl.DataFrame) -> pl.DataFrame:
+    """Rows pooled over seeds against GRPO: the primary endpoint's first, then the rest."""
+    pooled = pl.col("seed").cast(pl.String) == "all"
+    rows = table.filter(pooled & (pl.col("against") == REFERENCE))
+    return (
+        rows.with_columns((pl.col("endpoint") != "primary").alias("_later"))
+        .sort("_later", "method", "measure", maintain_order=True)
+        .drop("_later")
+    )
+
+
+def agreement_headline(table: pl.DataFrame) -> pl.DataFrame:
+    """Per-trace agreement on all traces: the reference estimator, MC and the null row, each
+    target."""
+    rows = table.filter(pl.col("aggregation") == "per_trace")
+    if "traces" in rows.columns:
+        rows = rows.filter(pl.col("traces") == "all")
+    default = pl.col("verdict") == "reference"
+    rows = rows.filter(default | pl.col("family").is_in(["mc", "null"]))
+    rows = rows.with_columns((~default).alias("_later"))  # the default first, then MC by N
+    return rows.sort("target", "_later", "family", "n_rollouts", maintain_order=True).drop("_later")
+
+
+def localization_headline(table: pl.DataFrame) -> pl.DataFrame:
+    """Top-1 localization on every incorrect trace, best first."""
+    return table.filter(pl.col("trace_set") == "all_incorrect").sort("top1", descending=True)
+
+
+def summary_values(
+    tables: Mapping[str, pl.DataFrame | dict | None], times: JobTimes, machine: str, commit: str
+) -> dict[str, str]:
+    """Every number the summary states, under a stable key, formatted as it prints."""
+    values = {
+        "machine": machine,
+        "commit": commit,
+        "jobs": str(times.jobs),
+        "wall_seconds": duration(times.wall_seconds),
+        "cpu_seconds": duration(times.cpu_seconds),
+    }
+    comparisons = tables.get("method_comparison")
+    if isinstance(comparisons, pl.DataFrame):
+        for r in pooled_comparisons(comparisons).iter_rows(named=True):
+            key = f"comparison/{r['method']}/{r['measure']}"
+            values[f"{key}/difference"] = signed(r["difference"])
+            values[f"{key}/bootstrap_ci"] = interval(r["ci95_low"], r["ci95_high"])
+            values[f"{key}/seed_t_ci"] = interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"])
+            values[f"{key}/verdict"] = str(r["verdict"])
+    cost = tables.get("compute_cost")
+    if isinstance(cost, pl.DataFrame):
+        for r in cost.iter_rows(named=True):
+            for unit in ("seconds", "tokens"):
+                ratio = r.get(f"{unit}_ratio_to_{REFERENCE}")
+                values[f"cost/{r['method']}/{unit}_ratio"] = plain(ratio, 2)
+    agreement = tables.get("estimator_agreement")
+    if isinstance(agreement, pl.DataFrame):
+        for r in agreement_headline(agreement).iter_rows(named=True):
+            key = f"agreement/{r['target']}/{r['estimator']}"
+            values[f"{key}/rho"] = plain(r["rho"])
+            values[f"{key}/ci"] = interval(r["ci95_low"], r["ci95_high"])
+            values[f"{key}/verdict"] = str(r["verdict"])
+            values[f"agreement/{r['target']}/ceiling"] = plain(r["ceiling"])
+    rule = tables.get("answer_now_rule")
+    if isinstance(rule, dict):
+        values["answer_now/choice"] = str(rule.get("choice"))
+        if "diff_joint_minus_conditional" in rule:
+            values["answer_now/difference"] = signed(rule["diff_joint_minus_conditional"])
+            values["answer_now/ci"] = interval(rule["diff_ci95_low"], rule["diff_ci95_high"])
+    localization = tables.get("error_localization")
+    if isinstance(localization, pl.DataFrame):
+        for r in localization_headline(localization).iter_rows(named=True):
+            values[f"localization/{r['estimator']}/top1"] = plain(r["top1"])
+            values[f"localization/{r['estimator']}/ci"] = interval(
+                r["top1_ci95_low"], r["top1_ci95_high"]
+            ).replace("+", "")
+    return values
+
+
+def _markdown(header: list[str], rows: list[list[object]]) -> list[str]:
+    """A markdown table."""
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in cells),
+        "",
+    ]
+
+
+def _not_run(name: str) -> list[str]:
+    file, what = TABLES[name]
+    return [f"Not run by this config (`results/{file}`, {what}, is not among its targets).", ""]
+
+
+def _section(title: str, name: str) -> list[str]:
+    return [f"## {title} (`results/{TABLES[name][0]}`)", ""]
+
+
+def _comparisons(table: pl.DataFrame) -> list[str]:
+    lines = [
+        "Pooled over seeds. `primary`: the pre-registered endpoint (area under the held-out",
+        "curve); every other row is secondary. The verdict is the more conservative of the",
+        "bootstrap and the t interval; MDE 80%: the smallest effect the seeds could detect.",
+        "",
+    ]
+    rows = []
+    for r in pooled_comparisons(table).iter_rows(named=True):
+        rows.append(
+            [
+                f"{r['method']} {MINUS} {r['against']}",
+                r["measure"],
+                r["endpoint"],
+                signed(r["difference"]),
+                interval(r["ci95_low"], r["ci95_high"]),
+                interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"]),
+                r["verdict"],
+                r["seeds"],
+                plain(r["mde80"]),
+            ]
+        )
+    header = ["comparison", "measure", "endpoint", "difference", "bootstrap 95% CI",
+              "t 95% CI over seeds", "verdict", "seeds", "MDE 80%"]  # fmt: skip
+    lines += _markdown(header, rows)
+    if "machine" in table.columns:
+        machines = sorted({str(m) for m in table["machine"].drop_nulls()})
+        lines += [f"Training runs' machines: {' | '.join(machines)}", ""]
+    return lines
+
+
+def _benchmarks(table: pl.DataFrame) -> list[str]:
+    part = table.filter(pl.col("against") == REFERENCE)
+    rows = [
+        [
+            r["benchmark"],
+            f"{r['method']} {MINUS} {r['against']}",
+            signed(r["difference"]),
+            interval(r["ci95_low"], r["ci95_high"]),
+            interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"]),
+            r["verdict"],
+        ]  # fmt: skip
+        for r in part.iter_rows(named=True)
+    ]
+    header = ["benchmark", "comparison", "difference", "bootstrap 95% CI", "t 95% CI", "verdict"]
+    return _markdown(header, rows)
+
+
+def _main_table(table: pl.DataFrame) -> list[str]:
+    columns = [c for c in table.columns if c != "machine"]
+    return _markdown(columns, [list(r) for r in table.select(columns).iter_rows()])
+
+
+def _cost(table: pl.DataFrame) -> list[str]:
+    rows = [
+        [
+            r["method"],
+            r["n_seeds"],
+            plain(r["seconds_per_step"], 2),
+            plain(r.get(f"seconds_ratio_to_{REFERENCE}"), 2),
+            f"{r['forward_tokens_per_step']:,.0f}",
+            plain(r.get(f"tokens_ratio_to_{REFERENCE}"), 2),
+        ]  # fmt: skip
+        for r in table.iter_rows(named=True)
+    ]
+    header = ["method", "seeds", "seconds / step", f"× {REFERENCE}", "forward tokens / step",
+              f"× {REFERENCE}"]  # fmt: skip
+    return [
+        "Seconds depend on what else shared the machine; forward tokens do not.",
+        "",
+        *_markdown(header, rows),
+    ]
+
+
+def _agreement(table: pl.DataFrame) -> list[str]:
+    rows = [
+        [
+            r["target"],
+            r["estimator"],
+            plain(r["rho"]),
+            interval(r["ci95_low"], r["ci95_high"]),
+            r["verdict"],
+            plain(r["ceiling"]),
+        ]  # fmt: skip
+        for r in agreement_headline(table).iter_rows(named=True)
+    ]
+    header = ["target", "estimator", "mean per-trace ρ", "95% CI", "vs the default", "ceiling"]
+    return [
+        "Per trace, all agreement traces: RREDCoT's default (`reference`), Monte Carlo with N",
+        "rollouts and the null row (knows only R); the ceiling is the ground truth's own",
+        "√reliability. Every estimator is in the table.",
+        "",
+        *_markdown(header, rows),
+    ]
+
+
+def _answer_now(rule: dict) -> list[str]:
+    if "diff_joint_minus_conditional" not in rule:
+        return [f"Choice: {rule.get('choice')} ({rule.get('rule')}).", ""]
+    return [
+        f"Rule: {rule['rule']}. Joint {MINUS} conditional "
+        f"{signed(rule['diff_joint_minus_conditional'])} "
+        f"({interval(rule['diff_ci95_low'], rule['diff_ci95_high'])}, {rule['n_traces']} traces)"
+        f" → **{rule['choice']}**.",
+        "",
+    ]
+
+
+def _localization(table: pl.DataFrame) -> list[str]:
+    rows = [
+        [
+            r["estimator"],
+            plain(r["top1"]),
+            interval(r["top1_ci95_low"], r["top1_ci95_high"]).replace("+", ""),
+            r["verdict"],
+            r["n_traces"],
+        ]  # fmt: skip
+        for r in localization_headline(table).iter_rows(named=True)
+    ]
+    header = ["estimator", "top-1", "95% CI", "vs the default", "traces"]
+    return [
+        "Share of incorrect traces whose lowest-credit segment holds the first wrong step.",
+        "",
+        *_markdown(header, rows),
+    ]
+
+
+SECTIONS = (
+    (f"Comparisons with {REFERENCE} along training", "method_comparison", _comparisons),
+    ("Final policies on each benchmark", "benchmark_comparison", _benchmarks),
+    ("pass@1 per method", "main_table", _main_table),
+    ("Cost per training step", "compute_cost", _cost),
+    ("Estimator agreement with the Monte Carlo ground truth", "estimator_agreement", _agreement),
+    ("The pre-registered answer-now rule", "answer_now_rule", _answer_now),
+    ("Error localization", "error_localization", _localization),
+)
+
+
+def render_summary(
+    tables: Mapping[str, pl.DataFrame | dict | None],
+    times: JobTimes,
+    machine: str,
+    commit: str,
+    configfiles: list[str],
+) -> str:
+    """SUMMARY.md's text: the run, then one section per table (`SECTIONS`)."""
+    cpu_note = f" ({times.cpu_missing} jobs without a CPU time)" if times.cpu_missing else ""
+    lines = [
+        "# Summary of this run",
+        "",
+        "Generated by the rule `summary` from this run's tables; every number below is in the",
+        "file its section names. How to read the intervals and verdicts: docs/statistics.md.",
+        "",
+        f"- Config: `config.yaml`{''.join(f' + `{c}`' for c in configfiles)}",
+        f"- Commit: {commit}",
+        f"- Machine (this job): {machine}",
+        f"- Jobs: {times.jobs} (the `benchmark:` files read under results/benchmarks/, one per job "
+        "that ran; this job not counted)",
+        f"- Time summed over those jobs: wall {duration(times.wall_seconds)}, CPU "
+        f"{duration(times.cpu_seconds)}{cpu_note}. Jobs that ran at once overlap, so the wall sum "
+        "exceeds the run's elapsed time.",
+        "",
+    ]
+    for title, name, section in SECTIONS:
+        lines += _section(title, name)
+        table = tables.get(name)
+        lines += _not_run(name) if table is None else section(table)
+    return "\n".join(lines)

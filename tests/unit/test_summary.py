@@ -1,0 +1,216 @@
+"""results/SUMMARY.md from small hand-made tables: what it states, in what order, and what it
+says about a table the config did not build."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rredcot.reporting.summary import (
+    TABLES,
+    JobTimes,
+    git_commit,
+    job_times,
+    read_tables,
+    render_summary,
+    summary_values,
+)
+
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def comparison_row(method: str, against: str, measure: str, endpoint: str, seed: str, diff: float):
+    return {
+        "method": method, "against": against, "measure": measure, "endpoint": endpoint,
+        "seed": seed, "difference": diff, "ci95_low": diff - 0.02, "ci95_high": diff + 0.02,
+        "seed_t_ci95_low": diff - 0.03, "seed_t_ci95_high": diff + 0.03,
+        "verdict": "no difference", "seeds": 3, "mde80": 0.041, "machine": "CPU X",
+    }  # fmt: skip
+
+
+def write_tables(root: Path) -> dict[str, Path]:
+    """Every table the summary reads, a few rows each, as the workflow writes them."""
+    rows = [
+        comparison_row("rredcot", "grpo", "final", "secondary", "all", 0.013),
+        comparison_row("rredcot", "grpo", "auc", "primary", "all", 0.004),
+        comparison_row("rredcot", "grpo", "final", "secondary", "1", 0.5),  # one seed: not pooled
+        comparison_row("grpo", "base", "final", "secondary", "all", 0.247),  # against the base
+        comparison_row("mc", "grpo", "auc", "primary", "all", -0.011),
+    ]
+    paths = {name: root / file for name, (file, _) in TABLES.items()}
+    pl.DataFrame(rows).write_csv(paths["method_comparison"])
+    pl.DataFrame(
+        [
+            {
+                **comparison_row("rredcot", "grpo", "final", "secondary", "all", 0.027),
+                "benchmark": "synth_ood",
+            }
+        ]  # fmt: skip
+    ).write_csv(paths["benchmark_comparison"])
+    pl.DataFrame({"method": ["base", "grpo"], "synth_id": ["0.580", "0.827 ± 0.010"]}).write_csv(
+        paths["main_table"]
+    )
+    pl.DataFrame(
+        {
+            "method": ["grpo", "rredcot"],
+            "n_seeds": [5, 5],
+            "seconds_per_step": [2.0, 3.44],
+            "forward_tokens_per_step": [8200.0, 38540.0],
+            "seconds_ratio_to_grpo": [1.0, 1.72],
+            "tokens_ratio_to_grpo": [1.0, 4.7],
+        }  # fmt: skip
+    ).write_csv(paths["compute_cost"])
+    agreement = [
+        {
+            "target": "credits",
+            "aggregation": "per_trace",
+            "traces": "all",
+            "estimator": e,
+            "family": f,
+            "n_rollouts": n,
+            "rho": rho,
+            "ci95_low": rho - 0.05,
+            "ci95_high": rho + 0.05,
+            "verdict": v,
+            "ceiling": 0.708,
+        }  # fmt: skip
+        for e, f, n, rho, v in [
+            ("rredcot_ref_suffix_sum_joint", "rredcot", None, 0.289, "reference"),
+            ("rredcot_ref_path_ratio", "rredcot", None, 0.1, "worse"),  # not a headline row
+            ("mc_n4", "mc", 4, 0.321, "no difference"),
+            ("null", "null", None, 0.0, "worse"),
+        ]
+    ]
+    agreement.append({**agreement[0], "traces": "overlap < 0.5", "rho": 0.307})  # a bin
+    pl.DataFrame(agreement).write_csv(paths["estimator_agreement"])
+    paths["answer_now_rule"].write_text(
+        json.dumps(
+            {
+                "choice": "joint",
+                "rho_conditional": 0.233,
+                "rho_joint": 0.289,
+                "diff_joint_minus_conditional": 0.056,
+                "diff_ci95_low": 0.005,
+                "diff_ci95_high": 0.106,
+                "n_traces": 254,
+                "rule": "joint if the CI is above 0",
+            }  # fmt: skip
+        )
+    )
+    pl.DataFrame(
+        {
+            "trace_set": ["all_incorrect", "all_incorrect", "agreement_incorrect"],
+            "estimator": ["random", "rredcot_ref_suffix_sum_joint", "mc_n4"],
+            "top1": [0.184, 0.765, 0.9],
+            "top1_ci95_low": [0.15, 0.724, 0.8],
+            "top1_ci95_high": [0.22, 0.809, 0.95],
+            "verdict": ["worse", "reference", "better"],
+            "n_traces": [387, 387, 110],
+        }  # fmt: skip
+    ).write_csv(paths["error_localization"])
+    return paths
+
+
+TIMES = JobTimes(jobs=12, wall_seconds=7590.0, cpu_seconds=12140.0, cpu_missing=0)
+
+
+def test_the_primary_endpoint_comes_first_with_both_intervals_and_the_verdict(tmp_path):
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    table = [line for line in text.splitlines() if line.startswith("| rredcot − grpo")]
+    assert table[0].startswith("| rredcot − grpo | auc | primary | +0.004 |")
+    assert "−0.016 … +0.024" in table[0] and "−0.026 … +0.034" in table[0]
+    assert "| rredcot − grpo | final | secondary | +0.013 |" in text
+    assert "+0.500" not in text  # the per-seed row is not a pooled comparison
+    assert "grpo − base" not in text.split("## Final policies")[0]  # only rows against grpo
+    assert text.index("mc − grpo | auc | primary") < text.index("rredcot − grpo | final")
+
+
+def test_the_studies_headlines_keep_the_default_mc_and_the_null_row(tmp_path):
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    agreement = text.split("## Estimator agreement")[1].split("## ")[0]
+    assert "rredcot_ref_suffix_sum_joint | 0.289 | +0.239 … +0.339 | reference | 0.708" in agreement
+    rows = [line.split(" | ")[1] for line in agreement.splitlines() if line.startswith("| credits")]
+    assert rows == ["rredcot_ref_suffix_sum_joint", "mc_n4", "null"]  # the default first
+    assert "ref_path_ratio" not in agreement and "0.307" not in agreement  # not all traces
+    assert "+0.056 (+0.005 … +0.106, 254 traces) → **joint**" in text
+    localization = text.split("## Error localization")[1]
+    assert localization.index("rredcot_ref_suffix_sum_joint | 0.765 | 0.724 … 0.809") < (
+        localization.index("random | 0.184")
+    )
+    assert "mc_n4" not in localization  # another trace set
+
+
+def test_the_run_the_cost_and_the_time_are_stated(tmp_path):
+    text = render_summary(
+        read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", ["configs/smoke.yaml"]
+    )
+    assert "- Config: `config.yaml` + `configs/smoke.yaml`" in text
+    assert "- Commit: abc123" in text and "- Machine (this job): CPU X" in text
+    assert "- Jobs: 12 " in text
+    assert "wall 7,590 s (2 h 06 min), CPU 12,140 s (3 h 22 min)" in text
+    assert "| rredcot | 5 | 3.44 | 1.72 | 38,540 | 4.70 |" in text
+    assert "Training runs' machines: CPU X" in text
+
+
+def test_a_table_the_config_does_not_build_is_named_as_not_run(tmp_path):
+    paths = write_tables(tmp_path)
+    chosen = {k: v for k, v in paths.items() if k in ("main_table", "compute_cost")}
+    text = render_summary(read_tables(chosen), TIMES, "CPU X", "unknown", [])
+    for name, (file, _) in TABLES.items():
+        section = text.split(f"(`results/{file}`)")[1].split("\n## ")[0]
+        assert ("Not run by this config" in section) == (name not in chosen), name
+    with pytest.raises(ValueError, match="unknown tables"):
+        read_tables({"main_tabel": paths["main_table"]})
+
+
+def test_every_value_the_docs_may_quote_is_printed_as_the_summary_prints_it(tmp_path):
+    tables = read_tables(write_tables(tmp_path))
+    text = render_summary(tables, TIMES, "CPU X", "abc123", [])
+    values = summary_values(tables, TIMES, "CPU X", "abc123")
+    assert values["comparison/rredcot/auc/difference"] == "+0.004"
+    assert values["localization/random/top1"] == "0.184"
+    assert values["cost/rredcot/tokens_ratio"] == "4.70"
+    missing = {k: v for k, v in values.items() if v not in text}
+    assert not missing
+
+
+def write_benchmark(path: Path, *rows: tuple[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = "".join(f"{s}\t0:00:01\t1\t1\t1\t1\t0\t0\t50\t{cpu}\n" for s, cpu in rows)
+    path.write_text(HEADER + cells)
+
+
+def test_job_times_sum_every_benchmark_file_but_the_summarys_own(tmp_path):
+    bench = tmp_path / "benchmarks"
+    write_benchmark(bench / "a.tsv", ("10.5", "20.0"))
+    write_benchmark(bench / "train_policy/grpo/seed1.tsv", ("100", "150.5"))
+    write_benchmark(bench / "generate/x.tsv", ("2", "NA"))  # Snakemake could not measure it
+    write_benchmark(bench / "summary.tsv", ("1000", "1000"))
+    times = job_times(bench, exclude=bench / "summary.tsv")
+    assert times == JobTimes(jobs=3, wall_seconds=112.5, cpu_seconds=170.5, cpu_missing=1)
+    assert job_times(tmp_path / "none") == JobTimes(0, 0.0, 0.0, 0)
+    (bench / "odd.tsv").write_text("seconds\n1\n")
+    with pytest.raises(ValueError, match="odd.tsv: no column 's'"):
+        job_times(bench)
+
+
+def test_the_commit_is_git_s_or_unknown(tmp_path):
+    assert git_commit(tmp_path) == "unknown"
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    env = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("1")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), *env, "commit", "-qm", "m"], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert git_commit(tmp_path) == head
+    (tmp_path / "f").write_text("2")
+    assert git_commit(tmp_path) == f"{head} + uncommitted changes"

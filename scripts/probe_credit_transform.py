@@ -10,10 +10,14 @@ the RL temperature) from the world's `rl` split. Per group, the truth is the che
 per-line advantage V(s_k) − V(s_{k−1}) of every token (`oracle_step`'s σ, uncentred: the
 advantage of each line given the state before it, with V from the world's checker), and each
 candidate turns RREDCoT's σ (config.yaml's estimator and segmentation, dataset references) into
-token advantages (`token_advantages`). Agreement: Pearson r over the group's tokens between a
-candidate's advantages and the truth (0 where a candidate gives the group no signal), mean over
+token advantages (`token_advantages`). Agreement: the cosine between a candidate's advantages and
+the truth over the group's tokens (0 where a candidate gives the group no signal), mean over
 groups, percentile bootstrap 95% CI over groups; each candidate paired against the current
 default (`immediate`, `center: none`) on the same groups. GRPO's outcome advantage is a row too.
+The cosine is blind to the advantages' scale, which whitening sets, but not to their level: a
+candidate that leaves wrong traces without negative signal, or shifts a whole group, scores
+lower. (Pearson's r, also reported, is blind to a group-wide shift, so it cannot tell
+`center: none` from `group`, the choice this study exists for: it is not the rule's metric.)
 
 Candidates: immediate / reward_to_go / mixed (β ∈ {0.5, 1}) under `center` none and group; and
 two fixes of the potential's level (the default's Φ_0 is far below V(s_0)): `baseline_shift`
@@ -141,6 +145,12 @@ def level_fixes(sigmas: list[torch.Tensor], rewards: torch.Tensor, groups: torch
     return {"baseline_shift": shift, "potential_scaled": scaled}
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """a·b / (|a| |b|); 0 where either carries no signal."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(a @ b / (na * nb)) if na > 1e-12 and nb > 1e-12 else 0.0
+
+
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
     if a.std() < 1e-12 or b.std() < 1e-12:
         return 0.0
@@ -171,6 +181,7 @@ def main() -> None:
     rredcot = build_method("rredcot", task, tok, [tok.eos_token_id], settings)
     oracle = build_method("oracle_step", task, tok, [tok.eos_token_id], settings)
     per_group: dict[str, list[float]] = {}
+    per_group_r: dict[str, list[float]] = {}
     adv_by_outcome: dict[str, list[list[float]]] = {}
     for start in range(0, len(rows), args.chunk):
         batch = sample_batch(
@@ -218,7 +229,8 @@ def main() -> None:
             truth_g = target[rows_g][m].numpy()
             for name, a in adv.items():
                 a_g = a[rows_g].double()
-                per_group.setdefault(name, []).append(pearson(a_g[m].numpy(), truth_g))
+                per_group.setdefault(name, []).append(cosine(a_g[m].numpy(), truth_g))
+                per_group_r.setdefault(name, []).append(pearson(a_g[m].numpy(), truth_g))
                 for i in rows_g.tolist():
                     mean = float(a[i][batch.completion_mask[i].bool()].double().mean())
                     adv_by_outcome.setdefault(name, [[], []])[int(batch.rewards[i] > 0)].append(
@@ -226,7 +238,7 @@ def main() -> None:
                     )
         print(
             f"groups {start + len(batch.groups.unique())}/{len(rows)}: "
-            f"r(default) {np.mean(per_group[DEFAULT]):.3f}",
+            f"cosine(default) {np.mean(per_group[DEFAULT]):.3f}",
             flush=True,
         )
     rng = np.random.default_rng(args.seed)
@@ -249,6 +261,7 @@ def main() -> None:
                 "minus_default": values[k].mean() - values[d0].mean(),
                 "diff_ci_low": np.quantile(diff, 0.025),
                 "diff_ci_high": np.quantile(diff, 0.975),
+                "pearson": float(np.mean(per_group_r[name])),
                 "mean_adv_correct": np.mean(right) if right else float("nan"),
                 "mean_adv_wrong": np.mean(wrong) if wrong else float("nan"),
             }

@@ -54,6 +54,12 @@ from rredcot.credit.rredcot_config import RREDCoTConfig  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
 from rredcot.segmentation import SegmentationConfig  # noqa: E402
+from rredcot.studies.transform_rule import (  # noqa: E402
+    choose_transform,
+    cosine,
+    level_fixes,
+    paired_table,
+)
 from rredcot.tasks import get_task  # noqa: E402
 from rredcot.training.methods import MethodSettings, RolloutBatch, build_method  # noqa: E402
 
@@ -125,30 +131,6 @@ def sample_batch(model_dir: Path, rows: list[dict], n: int, seed: int, budget: i
         0,
         seed,
     )
-
-
-def level_fixes(sigmas: list[torch.Tensor], rewards: torch.Tensor, groups: torch.Tensor) -> dict:
-    """σ under the two fixes of the potential's level (module docstring). With the terminal
-    correction Σ_k σ_k = R − Φ_0, so Φ_0 = R − Σ σ and Φ_k = Φ_0 + Σ_{j≤k} σ_j (k < K)."""
-    phi0 = torch.stack([rewards[i] - s.sum() for i, s in enumerate(sigmas)]).double()
-    shift, scaled = [], []
-    for i, s in enumerate(sigmas):
-        g = groups == groups[i]
-        mean_r, mean_phi0 = float(rewards[g].double().mean()), float(phi0[g].mean())
-        s = s.double()
-        a = s.clone()
-        a[0] += phi0[i] - mean_r
-        shift.append(a)
-        c = mean_r / mean_phi0 if mean_phi0 > 0 else 1.0
-        phi = torch.cat([phi0[i : i + 1], phi0[i] + torch.cumsum(s, 0)[:-1]]) * c  # Φ_0..Φ_{K−1}
-        scaled.append(torch.cat([phi[1:] - phi[:-1], (rewards[i] - phi[-1]).reshape(1)]))
-    return {"baseline_shift": shift, "potential_scaled": scaled}
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """a·b / (|a| |b|); 0 where either carries no signal."""
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    return float(a @ b / (na * nb)) if na > 1e-12 and nb > 1e-12 else 0.0
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -241,34 +223,14 @@ def main() -> None:
             f"cosine(default) {np.mean(per_group[DEFAULT]):.3f}",
             flush=True,
         )
-    rng = np.random.default_rng(args.seed)
-    names = list(per_group)
-    values = np.array([per_group[k] for k in names])  # (candidates, groups)
-    idx = rng.integers(0, values.shape[1], (args.resamples, values.shape[1]))
-    boot = values[:, idx].mean(axis=2)  # (candidates, resamples)
-    d0 = names.index(DEFAULT)
-    table = []
-    for k, name in enumerate(names):
-        diff = boot[k] - boot[d0]
-        wrong, right = adv_by_outcome[name]
-        table.append(
-            {
-                "candidate": name,
-                "groups": values.shape[1],
-                "agreement": values[k].mean(),
-                "ci_low": np.quantile(boot[k], 0.025),
-                "ci_high": np.quantile(boot[k], 0.975),
-                "minus_default": values[k].mean() - values[d0].mean(),
-                "diff_ci_low": np.quantile(diff, 0.025),
-                "diff_ci_high": np.quantile(diff, 0.975),
-                "pearson": float(np.mean(per_group_r[name])),
-                "mean_adv_correct": np.mean(right) if right else float("nan"),
-                "mean_adv_wrong": np.mean(wrong) if wrong else float("nan"),
-            }
-        )
-    credit = [r for r in table if r["candidate"] != "grpo"]
-    best = max(credit, key=lambda r: r["agreement"])
-    chosen = best["candidate"] if best["diff_ci_low"] > 0 else DEFAULT
+    table = paired_table(per_group, DEFAULT, args.resamples, args.seed)
+    for row in table:
+        wrong, right = adv_by_outcome[row["candidate"]]
+        row["pearson"] = float(np.mean(per_group_r[row["candidate"]]))
+        row["mean_adv_correct"] = float(np.mean(right)) if right else float("nan")
+        row["mean_adv_wrong"] = float(np.mean(wrong)) if wrong else float("nan")
+    chosen = choose_transform(table, DEFAULT, exclude=("grpo",))
+    best = max((r for r in table if r["candidate"] != "grpo"), key=lambda r: r["agreement"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as fh:
         w = csv.DictWriter(fh, list(table[0]) + ["chosen"])

@@ -10,10 +10,11 @@ allocates it:
 - **vLLM** (colocated): the share of GPU memory it reserves
   (`training.vllm_gpu_memory_utilization`);
 - **training micro-batch** (per_device rows of P + T tokens, checkpointed): each layer's input
-  kept (rows·L·H), one layer recomputed (its activations; all of them without checkpointing),
+  kept (rows·L·H), one layer recomputed (its activations and, in the backward, their
+  gradients; all layers' without checkpointing),
   the dense (rows, 1, L, L) mask SDPA takes on a padded batch (boolean, and its copy in the model
-  dtype; none under `training.padding_free`, whose rows run unpadded: packed for
-  flash-attention-2, one at a time for SDPA's causal kernel), and TRL 1.16's fused LM head
+  dtype; none under `training.padding_free`, whose rows run unpadded one at a time through
+  SDPA's causal kernel, so one row's layer is recomputed at a time), and TRL 1.16's fused LM head
   (`trl.trainer.utils.add_fused_lm_head`: no (rows, T, V) logits; the completion positions'
   hidden states kept, their float32 gradient, the head's float32 gradient when the head is
   trained, and one (4096, 32768) projection tile);
@@ -210,7 +211,10 @@ def training_phases(
     tokens = rows * length
     kept = shape.layers * tokens * shape.hidden * shape.bytes_per_value
     layers = 1 if checkpointing else shape.layers
-    recompute = layers * shape.layer_activation_bytes(tokens)
+    # the backward holds a recomputed layer's activations and their gradients: of every row at
+    # once, or of one row when padding-free (rows one at a time, SDPA's causal kernel)
+    recomputed = length if padding_free and checkpointing else tokens
+    recompute = 2 * layers * shape.layer_activation_bytes(recomputed)
     mask = 0 if padding_free else _mask_bytes(rows, length, length, shape)
     scored = rows * completion
     head = scored * shape.hidden * (shape.bytes_per_value + 4)  # kept states, float32 gradient

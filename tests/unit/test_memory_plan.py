@@ -109,7 +109,7 @@ def test_the_fused_head_and_padding_free_terms_by_hand():
     shape = memory_plan.ModelShape(2, 32, 64, 2, 1, 16, 259, True, 4)
     padded = memory_plan.training_phases(shape, 2, 10, 6)
     assert padded["layer_inputs"] == 2 * 2 * 10 * 32 * 4
-    assert padded["layer"] == shape.layer_activation_bytes(20)
+    assert padded["layer"] == 2 * shape.layer_activation_bytes(20)  # and their gradients
     assert padded["mask"] == 2 * 10 * 10 * (1 + 4)
     tile = 4096 * 259 * 4  # one projection tile (vocabulary narrower than TRL's 32768)
     head = 12 * 32 * (4 + 4) + 12 * 4 * 8 + tile
@@ -117,5 +117,6 @@ def test_the_fused_head_and_padding_free_terms_by_hand():
     free = memory_plan.training_phases(shape, 2, 10, 6, padding_free=True, head_trained=False)
     assert free["mask"] == 0 and free["head"] == head
     assert free["layer_inputs"] == padded["layer_inputs"]
+    assert free["layer"] == 2 * shape.layer_activation_bytes(10)  # one row at a time
     unchecked = memory_plan.training_phases(shape, 2, 10, 6, checkpointing=False)
     assert unchecked["layer"] == 2 * padded["layer"]

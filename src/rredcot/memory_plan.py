@@ -104,8 +104,9 @@ def shape_from_hf(cfg: Mapping[str, Any], bytes_per_value: int = 2) -> ModelShap
 
 def shape_of(config: Mapping[str, Any], local: str | Path | None = None) -> ModelShape | None:
     """The shape of `model` in a config: `local`/config.json or `model.name_or_path`/config.json
-    when on disk, else a known Hub model (`rredcot.vllm_memory.KNOWN_CONFIGS`), else the tiny
-    model of `model.arch` (byte vocabulary) when name_or_path is null; None otherwise."""
+    when on disk (None when it lacks a field the planner reads), else a known Hub model
+    (`rredcot.vllm_memory.KNOWN_CONFIGS`), else the tiny model of `model.arch` (byte
+    vocabulary) when name_or_path is null; None otherwise."""
     from rredcot.vllm_memory import KNOWN_CONFIGS
 
     model = config.get("model", {})
@@ -115,7 +116,10 @@ def shape_of(config: Mapping[str, Any], local: str | Path | None = None) -> Mode
         for directory in (local, name):
             path = None if directory is None else Path(directory) / "config.json"
             if path is not None and path.is_file():
-                return shape_from_hf(json.loads(path.read_text()), size)
+                try:
+                    return shape_from_hf(json.loads(path.read_text()), size)
+                except KeyError:  # not a decoder config the planner reads
+                    return None
         known = KNOWN_CONFIGS.get(str(name))
         return None if known is None else shape_from_hf(known, size)
     arch = model.get("arch") or {}
@@ -337,15 +341,14 @@ def config_errors(
     as `run_phases` takes them) fits one GPU of `devices.memory_gb` by the planner; one line per
     run that does not, naming the phase, the estimate, the budget and the key to change. CPU
     runs (training.device cpu) and models of unknown shape are not checked."""
-    shape = shape_of(config, local_model)
+    on_gpus = {n: v for n, v in runs.items() if v.get("device", "cpu") != "cpu"}
+    shape = shape_of(config, local_model) if on_gpus else None
     if shape is None:
         return []
     memory_gb = config["devices"]["memory_gb"]
     gpu = int(memory_gb * 1e9)
     errors = []
-    for name, values in runs.items():
-        if values.get("device", "cpu") == "cpu":
-            continue
+    for name, values in on_gpus.items():
         phases = run_phases(
             shape,
             values,

@@ -4,6 +4,7 @@ peaks is tests/unit/test_memory.py and scripts/check_memory_plan.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from snakemake.utils import update_config
 from rredcot import memory_plan
 from rredcot.config import validate_config
 from rredcot.training_rules import run_settings
+from rredcot.vllm_memory import QWEN3_4B_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(REPO.glob("configs/*.yaml"))
@@ -71,6 +73,23 @@ def test_cpu_runs_and_unknown_models_are_not_checked():
     assert memory_plan.config_errors(config, cpu) == []
     unknown = {**config, "model": {**config["model"], "name_or_path": "someone/else"}}
     assert memory_plan.config_errors(unknown, runs_of(config)) == []
+
+
+def test_a_fetched_model_is_planned_from_its_config_json(tmp_path):
+    config = loaded(PAPER, EIGHT_ROWS)
+    runs = runs_of(config)
+    local = tmp_path / "base"
+    local.mkdir()
+    small = {**QWEN3_4B_SHAPE, "num_hidden_layers": 4, "hidden_size": 256}
+    small.update(intermediate_size=768, num_attention_heads=4, num_key_value_heads=2)
+    small.update(head_dim=64, vocab_size=32_000)
+    (local / "config.json").write_text(json.dumps(small))
+    shape = memory_plan.shape_of(config, local)
+    assert (shape.layers, shape.vocab, shape.hidden, shape.head_dim) == (4, 32_000, 256, 64)
+    # a model of this size takes 8 rows of 25k tokens on 80 GB, where Qwen3-4B does not
+    assert memory_plan.config_errors(config, runs, local) == []
+    (local / "config.json").write_text(json.dumps({"model_type": "something_else"}))
+    assert memory_plan.shape_of(config, local) is None
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)

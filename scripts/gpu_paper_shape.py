@@ -10,10 +10,12 @@ tied embeddings) with random weights (no download) runs, per trace length T (819
   (configs/paper_qwen3_4b.yaml) with `max_resident_tokens` set so the chunk's cache fits
   (`--max-resident-tokens`, default: a quarter of the free memory over the bytes of one slot;
   the CPU sweep measured the credit's peak at about 3x its chunk's cache);
-- **train**: one TRL-shaped micro-batch, 8 rows of P + T tokens (left-padded prompts, right-padded
-  completions, attention mask as TRL builds it), gradient checkpointing on, the logits of the
-  completion positions → log π of the sampled tokens → a loss → backward (TRL's
-  `_get_per_token_logps_and_entropies` then the GRPO loss, without the optimizer step).
+- **train**: one TRL-shaped micro-batch, `--train-rows` (8) rows of P + T tokens (left-padded
+  prompts, right-padded completions, attention mask as TRL builds it), gradient checkpointing
+  on, log π and entropies of the completion tokens through TRL 1.16's fused LM head (no
+  (rows, T, V) logits) → a loss → backward (TRL's `_get_per_token_logps_and_entropies` then the
+  GRPO loss, without the optimizer step); with `--padding-free`, the rows unpadded
+  (`training.padding_free`: `rredcot.training.padding_free`, no (rows, 1, L, L) mask).
 
 Memory caps stand in for one 80 GB GPU of the paper layout (`--gpu-memory-gb` 80, vLLM colocated
 at `--vllm-share` 0.3, ZeRO-3 over `--processes` 8): the process may use
@@ -42,6 +44,7 @@ import csv
 import random
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,11 +52,13 @@ from typing import Any
 import torch
 import yaml
 from transformers import Qwen3ForCausalLM
+from trl.trainer.utils import add_fused_lm_head
 
 from rredcot.credit.rredcot import RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.models.tiny import tiny_config
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.tasks.synthetic import SyntheticTask
+from rredcot.training.padding_free import packs_rows, unpadded_token_logps
 from rredcot.vllm_memory import QWEN3_4B_SHAPE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -117,6 +122,8 @@ def build_model(
         model = Qwen3ForCausalLM._from_config(config, dtype=dtype)
     if device != "meta":
         model.set_attn_implementation("sdpa")
+        # TRL 1.16's GRPOTrainer patches its policy so: the loss's log-probs without logits
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     return model.eval()
 
 
@@ -183,9 +190,12 @@ def credit_batch(length: int, args: argparse.Namespace, rng: random.Random) -> l
     return [t for _ in range(args.prompts) for t in make_batch(rng, length, 8, one)[0]]
 
 
-def train_micro_batch(model: torch.nn.Module, traces: list[Trace], device: str) -> int:
-    """One TRL-shaped micro-batch (module docstring): forward with checkpointing, log π of the
-    completion tokens from the completion positions' logits, loss, backward. Returns tokens."""
+def train_micro_batch(
+    model: torch.nn.Module, traces: list[Trace], device: str, padding_free: bool = False
+) -> int:
+    """One TRL-shaped micro-batch (module docstring): forward with checkpointing, log π and
+    entropies of the completion tokens through the fused head (padded, or the rows unpadded),
+    loss, backward. Returns tokens."""
     p = max(len(t.prompt_ids) for t in traces)
     t_max = max(len(t.response_ids) for t in traces)
     ids = torch.zeros(len(traces), p + t_max, dtype=torch.long)
@@ -198,11 +208,23 @@ def train_micro_batch(model: torch.nn.Module, traces: list[Trace], device: str) 
     model.train()
     model.gradient_checkpointing_enable()
     try:
-        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=t_max + 1).logits
-        logits = logits[:, :-1]  # (B, T, V): TRL keeps the completion positions
-        logps = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, p:, None]).squeeze(-1)
+        if padding_free:
+            logps, entropy = unpadded_token_logps(
+                model,
+                ids,
+                mask,
+                t_max,
+                compute_entropy=True,
+                packed=packs_rows(model),
+                autocast=nullcontext,
+            )
+        else:  # TRL 1.16's _get_per_token_logps_and_entropies for text
+            labels = ids.masked_fill(mask == 0, -100)
+            labels[:, :p] = -100
+            out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            logps, entropy = out.log_probs[:, -t_max:], out.entropy[:, -t_max:]
         completion = mask[:, p:].to(logps.dtype)
-        loss = -(logps * completion).sum() / completion.sum()
+        loss = -((logps + 0.01 * entropy) * completion).sum() / completion.sum()
         loss.backward()
     finally:
         model.zero_grad(set_to_none=True)
@@ -245,6 +267,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=None, help="prompts (4; tiny 2)")
     parser.add_argument("--responses", type=int, default=None, help="per prompt (8; tiny 4)")
     parser.add_argument("--train-rows", type=int, default=8, help="rows of the micro-batch")
+    parser.add_argument(
+        "--padding-free", action="store_true", help="train rows unpadded (training.padding_free)"
+    )
     parser.add_argument("--prompt-tokens", type=int, default=None, help="P (default 256; tiny 32)")
     parser.add_argument("--gpu-memory-gb", type=float, default=80.0)
     parser.add_argument("--vllm-share", type=float, default=0.3)
@@ -294,7 +319,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     warm = credit_batch(32, argparse.Namespace(**{**vars(args), "responses": 1}), random.Random(1))
     rredcot_credit_batch(model, tokenizer, task, warm, config)  # first-call allocations
-    train_micro_batch(model, warm[:2], device)
+    train_micro_batch(model, warm[:2], device, args.padding_free)
     rows: list[dict[str, Any]] = []
     rng = random.Random(0)
     for length in args.lengths:
@@ -314,7 +339,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         row, tokens = run_case(
             "train",
             length,
-            lambda m=micro: train_micro_batch(model, m, device),
+            lambda m=micro: train_micro_batch(model, m, device, args.padding_free),
             device,
             cap,
             weights,

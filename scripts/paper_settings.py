@@ -267,9 +267,16 @@ RULES: list[tuple[str, str, str, str]] = [
         "*",
         "training.per_device_batch_size",
         "ours",
-        "per_device x accumulation x processes = prompts x generations: one step's batch",
+        "per_device x accumulation x processes = prompts x generations: one step's batch; rows "
+        "of one micro-batch that fit one GPU by the memory planner (rredcot.memory_plan, checked "
+        "at load time; docs/memory.md)",
     ),
-    ("*", "training.gradient_accumulation_steps", "ours", "the micro-batch that fits the GPU"),
+    (
+        "*",
+        "training.gradient_accumulation_steps",
+        "ours",
+        "micro-batches of one step: raised as per_device_batch_size is lowered to fit the GPU",
+    ),
     ("*", "training.use_vllm", "ours", "vLLM rollouts through TRL"),
     ("*", "training.vllm_mode", "ours", "colocated: the engine shares the training GPUs"),
     (

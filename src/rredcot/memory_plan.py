@@ -9,10 +9,15 @@ allocates it:
   state for) the adapters only;
 - **vLLM** (colocated): the share of GPU memory it reserves
   (`training.vllm_gpu_memory_utilization`);
-- **training micro-batch** (per_device rows padded to P + T, checkpointed): each layer's input
-  kept (rows·L·H), one layer recomputed (its activations), the dense (rows, 1, L, L) mask SDPA
-  takes (boolean, and its copy in the model dtype), and TRL's completion logits (rows·T·V in the
-  model dtype, and one row's float32 log-softmax at a time);
+- **training micro-batch** (per_device rows of P + T tokens, checkpointed): each layer's input
+  kept (rows·L·H), one layer recomputed (its activations and, in the backward, their
+  gradients; all layers' without checkpointing),
+  the dense (rows, 1, L, L) mask SDPA takes on a padded batch (boolean, and its copy in the model
+  dtype; none under `training.padding_free`, whose rows run unpadded one at a time through
+  SDPA's causal kernel, so one row's layer is recomputed at a time), and TRL 1.16's fused LM head
+  (`trl.trainer.utils.add_fused_lm_head`: no (rows, T, V) logits; the completion positions'
+  hidden states kept, their float32 gradient, the head's float32 gradient when the head is
+  trained, and one (4096, 32768) projection tile);
 - **credit** (rredcot): the resident chunk's trace cache (rows × (P_max + T_max) slots of keys
   and values of every layer, `rredcot.scoring.chunks`), its last hidden states, and the largest
   pass on top: an encoding step (`ENCODE_CHUNK` tokens a row: its mask, boolean and in the model
@@ -22,18 +27,24 @@ allocates it:
   (`prune_max_kept_tokens` slots).
 
 `credit_phases` is checked against the CPU peak of scaled shapes by scripts/check_memory_plan.py
-(docs/memory.md); `rule_phases` adds them up for one GPU of a training rule.
+(docs/memory.md); `run_phases` adds them up for one GPU of a run's `train_policy` job, and
+`config_errors` refuses, at Snakemake load time, a GPU run whose peak exceeds
+`devices.memory_gb`, naming the key to change.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 ENCODE_CHUNK = 256  # rredcot.scoring.encoding.ENCODE_CHUNK (kept equal by a test)
 CHUNK_ELEMENTS = 1 << 25  # rredcot.scoring.logprobs._MAX_CHUNK_ELEMENTS
 SHARED_ROW_TOKENS, SHARED_ROW_MAX = 256, 4096  # rredcot.scoring.layout
+HEAD_TILE = (4096, 32768)  # TRL 1.16's fused LM head: tokens × vocabulary of one projection tile
+PROMPT_TOKENS = 512  # prompt tokens a training row is assumed to hold (the benchmarks' are shorter)
 
 
 @dataclass(frozen=True)
@@ -75,24 +86,42 @@ class ModelShape:
         return min(SHARED_ROW_MAX, max(SHARED_ROW_TOKENS, self.slot_bytes // 8))
 
 
-KNOWN_SHAPES: dict[str, ModelShape] = {
-    "Qwen/Qwen3-4B-Instruct-2507": ModelShape(36, 2560, 9728, 32, 8, 128, 151_936, True),
-    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": ModelShape(
-        28, 1536, 8960, 12, 2, 128, 151_936, False
-    ),
-}
-"""The paper models' shapes (their config.json)."""
+def shape_from_hf(cfg: Mapping[str, Any], bytes_per_value: int = 2) -> ModelShape:
+    """The shape of a Hugging Face config.json mapping (a Qwen2/Qwen3-style decoder)."""
+    hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    return ModelShape(
+        int(cfg["num_hidden_layers"]),
+        hidden,
+        int(cfg["intermediate_size"]),
+        heads,
+        int(cfg.get("num_key_value_heads") or heads),
+        int(cfg.get("head_dim") or hidden // heads),
+        int(cfg["vocab_size"]),
+        bool(cfg.get("tie_word_embeddings", False)),
+        bytes_per_value,
+    )
 
 
-def shape_of(config: Mapping[str, Any]) -> ModelShape | None:
-    """The shape of `model` in a config: a known Hub model (`model.name_or_path`), or the tiny
-    model of `model.arch` (byte vocabulary) when name_or_path is null; None otherwise."""
+def shape_of(config: Mapping[str, Any], local: str | Path | None = None) -> ModelShape | None:
+    """The shape of `model` in a config: `local`/config.json or `model.name_or_path`/config.json
+    when on disk (None when it lacks a field the planner reads), else a known Hub model
+    (`rredcot.vllm_memory.KNOWN_CONFIGS`), else the tiny model of `model.arch` (byte
+    vocabulary) when name_or_path is null; None otherwise."""
+    from rredcot.vllm_memory import KNOWN_CONFIGS
+
     model = config.get("model", {})
     size = 4 if model.get("dtype", "float32") == "float32" else 2
     name = model.get("name_or_path")
     if name is not None:
-        known = KNOWN_SHAPES.get(str(name))
-        return None if known is None else replace(known, bytes_per_value=size)
+        for directory in (local, name):
+            path = None if directory is None else Path(directory) / "config.json"
+            if path is not None and path.is_file():
+                try:
+                    return shape_from_hf(json.loads(path.read_text()), size)
+                except KeyError:  # not a decoder config the planner reads
+                    return None
+        known = KNOWN_CONFIGS.get(str(name))
+        return None if known is None else shape_from_hf(known, size)
     arch = model.get("arch") or {}
     return ModelShape(
         arch["num_hidden_layers"],
@@ -108,7 +137,7 @@ def shape_of(config: Mapping[str, Any]) -> ModelShape | None:
 
 
 def advice(phases: Mapping[str, int], gpu_bytes: int) -> str | None:
-    """None when the peak fits `gpu_bytes`; else which config key to change."""
+    """None when the peak fits `gpu_bytes`; else which config key to change, and how."""
     if phases["peak"] <= gpu_bytes:
         return None
     if phases["credit"] >= phases["training"]:
@@ -116,7 +145,10 @@ def advice(phases: Mapping[str, int], gpu_bytes: int) -> str | None:
             "estimator.rredcot.max_resident_tokens (fewer trace-cache slots resident; or "
             "prune_max_kept_tokens / max_tokens_per_pass)"
         )
-    return "training.per_device_batch_size (fewer rows a micro-batch; or max_completion_length)"
+    return (
+        "training.per_device_batch_size (fewer rows a micro-batch, and gradient_accumulation_steps "
+        "up to keep the batch; or training.padding_free, or max_completion_length)"
+    )
 
 
 def _mask_bytes(rows: int, queries: int, slots: int, shape: ModelShape) -> int:
@@ -168,34 +200,56 @@ def credit_phases(
 
 
 def training_phases(
-    shape: ModelShape, rows: int, length: int, completion: int, *, checkpointing: bool = True
+    shape: ModelShape,
+    rows: int,
+    length: int,
+    completion: int,
+    *,
+    checkpointing: bool = True,
+    padding_free: bool = False,
+    head_trained: bool = True,
 ) -> dict[str, int]:
     """Bytes of one training micro-batch's activations (module docstring): kept layer inputs,
-    one recomputed layer (all of them without checkpointing), the dense mask, the logits."""
+    one recomputed layer (all of them without checkpointing), the dense mask (none when
+    padding-free), TRL's fused LM head over the rows' `completion` positions."""
     tokens = rows * length
     kept = shape.layers * tokens * shape.hidden * shape.bytes_per_value
     layers = 1 if checkpointing else shape.layers
-    recompute = layers * shape.layer_activation_bytes(tokens)
-    mask = _mask_bytes(rows, length, length, shape)
-    # TRL: the rows' completion logits at once, their float32 log-softmax one row at a time
-    logits = (rows * shape.bytes_per_value + 4) * completion * shape.vocab
-    return {"layer_inputs": kept, "layer": recompute, "mask": mask, "logits": logits}
+    # the backward holds a recomputed layer's activations and their gradients: of every row at
+    # once, or of one row when padding-free (rows one at a time, SDPA's causal kernel)
+    recomputed = length if padding_free and checkpointing else tokens
+    recompute = 2 * layers * shape.layer_activation_bytes(recomputed)
+    mask = 0 if padding_free else _mask_bytes(rows, length, length, shape)
+    scored = rows * completion
+    head = scored * shape.hidden * (shape.bytes_per_value + 4)  # kept states, float32 gradient
+    head += scored * 4 * 8  # its per-token float32 statistics (log Z, entropy, gradients, ...)
+    head += HEAD_TILE[0] * min(HEAD_TILE[1], shape.vocab) * shape.bytes_per_value
+    if head_trained:  # the head's gradient is accumulated in float32
+        head += shape.vocab * shape.hidden * 4
+    return {"layer_inputs": kept, "layer": recompute, "mask": mask, "head": head}
 
 
-def rule_phases(config: Mapping[str, Any], method: str, gpu_bytes: int) -> dict[str, int] | None:
-    """Estimated bytes per phase on one GPU of the `train_policy` rule of `method` (None when
-    the model's shape is unknown): weights, gradients, optimizer, vLLM, training, credit (the
-    credit and training run one after the other: the peak takes the larger), and peak."""
-    shape = shape_of(config)
-    if shape is None:
-        return None
-    training = {**config["training"], **config["training"].get("per_method", {}).get(method, {})}
-    procs = int(training.get("num_processes", 1))
-    zero = training.get("accelerate")
+def run_phases(
+    shape: ModelShape,
+    values: Mapping[str, Any],
+    gpu_bytes: int,
+    *,
+    accelerate: str | None,
+    num_processes: int,
+) -> dict[str, int]:
+    """Estimated bytes per phase on one GPU of a run's `train_policy` job: weights, gradients,
+    optimizer, vLLM, training, credit (the credit and training run one after the other: the
+    peak takes the larger), and peak. `values` are the run's settings
+    (`rredcot.training_rules.run_settings`: config `training` with the method's and variant's
+    overrides, the run's `rredcot` estimator block, `segmentation`), launched under
+    `accelerate` on `num_processes` processes."""
+    from rredcot.training_rules import process_layout
+
+    procs = num_processes
     n = shape.parameters
     trained = n
-    if training.get("lora"):
-        r = int(training["lora"]["r"])
+    if values.get("lora"):
+        r = int(values["lora"]["r"])
         per_layer = r * (
             shape.hidden * 4
             + shape.heads * shape.head_dim * 2
@@ -204,37 +258,39 @@ def rule_phases(config: Mapping[str, Any], method: str, gpu_bytes: int) -> dict[
         )
         trained = shape.layers * per_layer
     size = shape.bytes_per_value
+    colocated = values.get("use_vllm") and values.get("vllm_mode", "colocate") == "colocate"
     phases = {
-        "weights": n * size // (procs if zero == "zero3" else 1),
-        "gradients": trained * size // (procs if zero in ("zero2", "zero3") else 1),
-        "optimizer": trained * 12 // (procs if zero in ("zero2", "zero3") else 1),
-        "vllm": int(gpu_bytes * training.get("vllm_gpu_memory_utilization", 0))
-        if training.get("use_vllm") and training.get("vllm_mode", "colocate") == "colocate"
-        else 0,
+        "weights": n * size // (procs if accelerate == "zero3" else 1),
+        "gradients": trained * size // (procs if accelerate in ("zero2", "zero3") else 1),
+        "optimizer": trained * 12 // (procs if accelerate in ("zero2", "zero3") else 1),
+        "vllm": int(gpu_bytes * values.get("vllm_gpu_memory_utilization", 0)) if colocated else 0,
     }
-    if zero == "zero3":  # the layer being computed is gathered whole
+    if accelerate == "zero3":  # the layer being computed is gathered whole
         phases["weights"] += n * size // shape.layers
-    per_device = int(training.get("per_device_batch_size") or 1)
-    completion = int(training["max_completion_length"])
-    prompt = 512  # prompt tokens assumed (the benchmarks' problems are far shorter)
+    per_device = values.get("per_device_batch_size")
+    accumulation = int(values.get("gradient_accumulation_steps", 1))
+    if per_device is None:
+        per_device = process_layout(values, procs, False)[0]
+    completion = int(values["max_completion_length"])
     train = training_phases(
         shape,
-        per_device,
-        prompt + completion,
+        int(per_device),
+        PROMPT_TOKENS + completion,
         completion,
-        checkpointing=bool(training.get("gradient_checkpointing")),
+        checkpointing=bool(values.get("gradient_checkpointing")),
+        padding_free=bool(values.get("padding_free")),
+        head_trained=not values.get("lora"),
     )
     phases["training"] = sum(train.values())
     phases["credit"] = 0
-    if method.startswith("rredcot"):
-        rredcot = config.get("estimator", {}).get("rredcot", {})
-        accumulation = int(training.get("gradient_accumulation_steps", 1))
-        traces = per_device * accumulation  # the local traces of one step
+    if values["method"].startswith("rredcot"):
+        rredcot = values.get("rredcot") or {}
+        traces = int(per_device) * accumulation  # the local traces of one step
         credit = credit_phases(
             shape,
-            [prompt] * traces,
+            [PROMPT_TOKENS] * traces,
             [completion] * traces,
-            states=int(config.get("segmentation", {}).get("num_segments") or 8) + 1,
+            states=int((values.get("segmentation") or {}).get("num_segments") or 8) + 1,
             max_resident_tokens=rredcot.get("max_resident_tokens"),
             max_tokens_per_pass=rredcot.get("max_tokens_per_pass"),
             prune_max_kept_tokens=rredcot.get("prune_max_kept_tokens"),
@@ -243,3 +299,75 @@ def rule_phases(config: Mapping[str, Any], method: str, gpu_bytes: int) -> dict[
     fixed = sum(phases[k] for k in ("weights", "gradients", "optimizer", "vllm"))
     phases["peak"] = fixed + max(phases["training"], phases["credit"])
     return phases
+
+
+def launcher_of(config: Mapping[str, Any], method: str) -> str | None:
+    """The accelerate config a method's runs launch under: its `per_method` override (e.g.
+    RRPO/SRPO on zero2), else `training.accelerate` (the workflow's `training_launcher`)."""
+    training = config["training"]
+    own = training.get("per_method", {}).get(method, {})
+    return own.get("accelerate", training.get("accelerate"))
+
+
+def rule_phases(config: Mapping[str, Any], method: str, gpu_bytes: int) -> dict[str, int] | None:
+    """`run_phases` of `method`'s run in `config` (its `per_method` overrides on `training`,
+    their `rredcot` block on `estimator.rredcot`); None when the model's shape is unknown."""
+    shape = shape_of(config)
+    if shape is None:
+        return None
+    training = config["training"]
+    own = training.get("per_method", {}).get(method, {})
+    values = {**training, **own, "method": method}
+    values["rredcot"] = {**config.get("estimator", {}).get("rredcot", {}), **own.get("rredcot", {})}
+    values["segmentation"] = config.get("segmentation", {})
+    return run_phases(
+        shape,
+        values,
+        gpu_bytes,
+        accelerate=launcher_of(config, method),
+        num_processes=int(training.get("num_processes", 1)),
+    )
+
+
+PHASE_NAMES = {"training": "one training micro-batch", "credit": "the RREDCoT credit"}
+
+
+def config_errors(
+    config: Mapping[str, Any],
+    runs: Mapping[str, Mapping[str, Any]],
+    local_model: str | Path | None = None,
+) -> list[str]:
+    """The load-time check: each GPU run's `train_policy` job (`runs`: run name -> its settings,
+    as `run_phases` takes them) fits one GPU of `devices.memory_gb` by the planner; one line per
+    run that does not, naming the phase, the estimate, the budget and the key to change. CPU
+    runs (training.device cpu) and models of unknown shape are not checked."""
+    on_gpus = {n: v for n, v in runs.items() if v.get("device", "cpu") != "cpu"}
+    shape = shape_of(config, local_model) if on_gpus else None
+    if shape is None:
+        return []
+    memory_gb = config["devices"]["memory_gb"]
+    gpu = int(memory_gb * 1e9)
+    errors = []
+    for name, values in on_gpus.items():
+        phases = run_phases(
+            shape,
+            values,
+            gpu,
+            accelerate=launcher_of(config, values["method"]),
+            num_processes=int(config["training"]["num_processes"]),
+        )
+        hint = advice(phases, gpu)
+        if hint is None:
+            continue
+        key, _, how = hint.removesuffix(")").partition(" (")
+        phase = "credit" if phases["credit"] >= phases["training"] else "training"
+        fixed = phases["peak"] - phases[phase]
+        errors.append(
+            f"run {name}: config key '{key}': the train_policy job's peak on one GPU is "
+            f"estimated at {phases['peak'] / 1e9:.1f} GB ({PHASE_NAMES[phase]} "
+            f"{phases[phase] / 1e9:.1f} GB on top of {fixed / 1e9:.1f} GB of weights, "
+            f"gradients, optimizer state and vLLM share), more than the {memory_gb:g} GB of one "
+            f"GPU (config key 'devices.memory_gb'); change {key} ({how}; "
+            "scripts/memory_plan.py prints every phase)"
+        )
+    return errors

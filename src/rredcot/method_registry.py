@@ -35,6 +35,7 @@ SHARED_RUN_KEYS: tuple[str, ...] = (
     "save_total_limit",
     "max_problems",
     "gradient_checkpointing",
+    "padding_free",
     "per_device_batch_size",
     "gradient_accumulation_steps",
     "use_vllm",

@@ -168,6 +168,9 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")
 VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
 """Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
+OMITTED_AT_DEFAULT: Mapping[str, Any] = {"padding_free": False}
+"""Settings added after runs were recorded: left out of a run's settings at their default
+(`TrainingSettings`' too), so the runs' `--params` and records stay as they were."""
 
 
 def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,6 +211,9 @@ def run_settings(
         settings = merged(settings, {k: v for k, v in layer.items() if k not in _OVERRIDE_DROPS})
     if not settings.get("use_vllm"):  # they size the vLLM context only
         for key in VLLM_ONLY:
+            settings.pop(key, None)
+    for key, default in OMITTED_AT_DEFAULT.items():
+        if settings.get(key, default) == default:
             settings.pop(key, None)
     settings.update(
         method=method,

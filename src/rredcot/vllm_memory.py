@@ -82,6 +82,15 @@ _R1_DISTILL_1P5B = {  # Qwen2.5-Math-1.5B's shape
     "vocab_size": 151936,
     "tie_word_embeddings": False,
 }
+_QWEN25_0P5B = {  # Qwen/Qwen2.5-0.5B-Instruct (configs/one_gpu.yaml)
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
 KNOWN_CONFIGS: Mapping[str, Mapping[str, Any]] = {
     "Qwen/Qwen3-4B": QWEN3_4B_SHAPE,
     "Qwen/Qwen3-4B-Instruct-2507": QWEN3_4B_SHAPE,
@@ -89,6 +98,8 @@ KNOWN_CONFIGS: Mapping[str, Mapping[str, Any]] = {
     "Qwen/Qwen3-4B-Base": QWEN3_4B_SHAPE,
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": _R1_DISTILL_1P5B,
     "Qwen/Qwen2.5-Math-1.5B": _R1_DISTILL_1P5B,
+    "Qwen/Qwen2.5-0.5B-Instruct": _QWEN25_0P5B,
+    "Qwen/Qwen2.5-0.5B": _QWEN25_0P5B,
 }
 """config.json shape fields of the paper configs' models (and their base / sibling checkpoints
 of the same shape)."""

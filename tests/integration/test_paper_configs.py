@@ -304,6 +304,27 @@ def test_a_context_too_long_for_the_vllm_share_stops_at_load_time(
     assert "run grpo: config key 'training.vllm_max_model_length'" in out, out[-2000:]
 
 
+EIGHT_ROWS = {"per_device_batch_size": 8, "gradient_accumulation_steps": 4}
+
+
+def test_a_micro_batch_too_large_for_one_gpu_stops_at_load_time(
+    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    """8 rows of 25k tokens a micro-batch of Qwen3-4B (~109 GB by the memory planner) on an
+    80 GB GPU: refused before any job, naming the key (rredcot.memory_plan;
+    tests/unit/test_memory_plan.py has the arithmetic)."""
+    bin_dir, _ = no_slurm_clients
+    overlay = tmp_path / "large.yaml"
+    base = yaml.safe_load((REPO / "configs" / "paper_qwen3_4b.yaml").read_text())
+    update_config(base, {"training": EIGHT_ROWS})
+    overlay.write_text(yaml.safe_dump(base))
+    proc = dry_run(overlay, tmp_path, bin_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Building DAG of jobs" not in out, out[-2000:]
+    assert "run grpo: config key 'training.per_device_batch_size'" in out, out[-2000:]
+    assert "80 GB of one GPU" in out, out[-2000:]
+
+
 @pytest.mark.parametrize(
     ("env", "want"),
     [

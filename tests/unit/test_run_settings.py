@@ -61,3 +61,14 @@ def test_reset_methods_run_on_policy_without_kl() -> None:
     grpo = run_settings(CONFIG, "grpo", 1, task="synthetic")
     assert (grpo["loss_type"], grpo["kl_beta"]) == ("dr_grpo", 0.01)
     assert grpo["rredcot"] == CONFIG["estimator"]["rredcot"]
+
+
+def test_padding_free_is_left_out_at_its_default_and_kept_when_on() -> None:
+    """A key added after runs were recorded leaves their settings (and records) as they were."""
+    off = {**CONFIG, "training": {**CONFIG["training"], "padding_free": False}}
+    assert "padding_free" not in run_settings(off, "grpo", 1, task="synthetic")
+    on = {**CONFIG, "training": {**CONFIG["training"], "padding_free": True}}
+    assert run_settings(on, "grpo", 1, task="synthetic")["padding_free"] is True
+    own = merged(off, {"training": {"per_method": {"grpo": {"padding_free": True}}}})
+    assert run_settings(own, "grpo", 1, task="synthetic")["padding_free"] is True
+    assert "padding_free" not in run_settings(own, "rredcot", 1, task="synthetic")

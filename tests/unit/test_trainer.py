@@ -161,6 +161,51 @@ def test_grpo_reproduces_trls_loss_and_gradients(tokenizer, tmp_path, method):
         torch.testing.assert_close(grads_got[name], grad, atol=1e-7, rtol=0)
 
 
+def padded_batch(trainer, tokenizer):
+    """A generated micro-batch with real padding: row 0's prompt left-padded by 3 tokens, row
+    1's completion cut after 4 tokens, row 2's after 1 (TRL's layout)."""
+    rows = [ROWS[0], ROWS[0], ROWS[1], ROWS[1]]
+    torch.manual_seed(0)
+    inputs = trainer._generate_and_score_completions([dict(r) for r in rows])
+    inputs["prompt_mask"][0, :3] = 0
+    inputs["prompt_ids"][0, :3] = tokenizer.pad_token_id
+    for row, keep in ((1, 4), (2, 1)):
+        inputs["completion_mask"][row, keep:] = 0
+    return inputs
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["row_by_row", "packed"])
+def test_padding_free_gives_the_padded_loss_and_gradients(tokenizer, tmp_path, monkeypatch, packed):
+    """The default (padded) path is TRL's; padding-free scoring (one unpadded row at a time
+    under SDPA, or rows packed as flash-attention takes them) gives its loss and gradients to
+    float tolerance, and the row-by-row path gives SDPA no mask."""
+    padded, free = (
+        pair(tokenizer, tmp_path, GRPOMethod())[1],
+        pair(tokenizer, tmp_path, GRPOMethod())[1],
+    )
+    assert not padded.padding_free  # the default: TRL's padded batch
+    free.padding_free = True
+    inputs = padded_batch(padded, tokenizer)
+    assert inputs["completion_mask"].sum(1).tolist()[1:3] == [4, 1]
+    loss_want, grads_want = loss_and_grads(padded, inputs)
+    masks = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        masks.append(kwargs.get("attn_mask"))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    if packed:  # SDPA reads packed rows off position_ids too (with a block mask): same math
+        monkeypatch.setattr("rredcot.training.trainer.packs_rows", lambda model: True)
+    loss_got, grads_got = loss_and_grads(free, inputs)
+    assert masks and (packed or all(m is None for m in masks))
+    assert any(g.abs().sum() > 0 for g in grads_want.values())
+    torch.testing.assert_close(loss_got, loss_want, atol=1e-6, rtol=1e-5)
+    for name, grad in grads_want.items():
+        torch.testing.assert_close(grads_got[name], grad, atol=1e-6, rtol=1e-4)
+
+
 def test_grpo_training_step_gives_trls_parameters(tokenizer, tmp_path):
     plain, ours = pair(tokenizer, tmp_path, GRPOMethod())
     before = {n: p.detach().clone() for n, p in plain.model.named_parameters()}

@@ -409,6 +409,13 @@ def check_training_runs() -> None:
     memory = config_errors(config, runs, BASE_MODEL)
     if memory:
         raise ConfigError("\n  - ".join(["vLLM memory:", *memory]))
+    from rredcot import memory_plan
+
+    # Each GPU run's train_policy job must fit one GPU of devices.memory_gb by the memory
+    # planner (scripts/memory_plan.py prints its phases; docs/memory.md).
+    memory = memory_plan.config_errors(config, runs, BASE_MODEL)
+    if memory:
+        raise ConfigError("\n  - ".join(["GPU memory (rredcot.memory_plan):", *memory]))
 
 
 check_training_runs()

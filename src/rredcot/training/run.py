@@ -213,6 +213,10 @@ class TrainingSettings:
     """Passes over each generation's batch (TRL's num_iterations)."""
     mask_truncated_completions: bool = False
     """A response cut at max_completion_length gets no loss (TRL's)."""
+    padding_free: bool = False
+    """Score each training row on its real tokens only (packed under flash-attention, one row
+    at a time under SDPA: `rredcot.training.padding_free`), with no (rows, 1, L, L) mask; the
+    same loss as TRL's padded batch to float tolerance. False: TRL's padded batch."""
     max_prompt_tokens: int = 1024
     """Longest prompt the vLLM context is sized for (`vllm_max_model_length` None)."""
     vllm_max_model_length: int | None = None
@@ -268,7 +272,13 @@ class TrainingSettings:
                 "per_device_batch_size",
                 _positive_int("per_device_batch_size", self.per_device_batch_size),
             )
-        for name in ("bf16", "gradient_checkpointing", "use_vllm", "mask_truncated_completions"):
+        for name in (
+            "bf16",
+            "gradient_checkpointing",
+            "use_vllm",
+            "mask_truncated_completions",
+            "padding_free",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"training.{name}: expected true or false, got {getattr(self, name)!r}"
@@ -847,6 +857,7 @@ def build_trainer(
         processing_class=tokenizer,
         callbacks=list(callbacks),
         method=method,
+        padding_free=settings.padding_free,
         peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
     if settings.lora is not None and _is_zero3(trainer):

@@ -49,6 +49,7 @@ from rredcot.generation.base import Completion, SamplingParams
 from rredcot.scoring.packed import GenerationCache
 from rredcot.tasks.base import Task
 from rredcot.training.methods.base import Method, RolloutBatch
+from rredcot.training.padding_free import packs_rows, unpadded_token_logps
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +210,12 @@ class CreditGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "rredcot"]
 
-    def __init__(self, *args: Any, method: Method, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, method: Method, padding_free: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.method = method
+        self.padding_free = padding_free
         self._rows: list[dict[str, Any]] | None = None
         self._scored: tuple[list[str], torch.Tensor] | None = None
         self._generation: list[GenerationCache] = []  # this batch's generate calls, captured
@@ -409,6 +413,45 @@ class CreditGRPOTrainer(GRPOTrainer):
         metrics["credit/seconds"].append(seconds)
         for name, value in result.metrics.items():
             metrics[name].append(float(value))
+
+    # ---------------------------------------------------------------- padding-free scoring
+
+    def _get_per_token_logps_and_entropies(  # noqa: ANN202 (TRL's signature)
+        self,
+        model,  # noqa: ANN001
+        input_ids,  # noqa: ANN001
+        attention_mask,  # noqa: ANN001
+        logits_to_keep,  # noqa: ANN001
+        batch_size=None,  # noqa: ANN001
+        compute_entropy=False,  # noqa: ANN001
+        compute_aux_loss=False,  # noqa: ANN001
+        **media: Any,
+    ):
+        """TRL's, or under `padding_free` the rows unpadded (`rredcot.training.padding_free`:
+        no (rows, 1, L, L) mask); images and MoE auxiliary losses keep TRL's path."""
+        unpadded = None
+        if self.padding_free and not compute_aux_loss and all(v is None for v in media.values()):
+            unpadded = unpadded_token_logps(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                compute_entropy=compute_entropy,
+                packed=packs_rows(self.accelerator.unwrap_model(model)),
+                autocast=self.accelerator.autocast,
+            )
+        if unpadded is not None:
+            return (*unpadded, None)
+        return super()._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size,
+            compute_entropy,
+            compute_aux_loss,
+            **media,
+        )
 
     # ---------------------------------------------------------------- NaN guard
 

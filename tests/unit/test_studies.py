@@ -35,15 +35,8 @@ from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.reporting import figures
 from rredcot.segmentation import SegmentationConfig
 from rredcot.studies import rollouts as rollouts_module
-from rredcot.studies.agreement import (
-    NULL,
-    agreement_table,
-    common_set,
-    correlation_matrix,
-    cost_match,
-    null_estimates,
-    preregistered_answer_now,
-)
+from rredcot.studies.agreement import agreement_table, common_set, correlation_matrix
+from rredcot.studies.cost_match import cost_match
 from rredcot.studies.estimators import ESTIMATE_SCHEMA, reference_kind, rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 from rredcot.studies.localization import localization_sets, localization_table, true_segments
@@ -63,6 +56,8 @@ from rredcot.studies.metrics import (
     spearman_flat0,
     split_half_factor,
 )
+from rredcot.studies.null_estimator import NULL, null_estimates
+from rredcot.studies.preregistered import preregistered_answer_now
 from rredcot.studies.rollouts import (
     ROLLOUT_SCHEMA,
     forward_tokens_per_trace,

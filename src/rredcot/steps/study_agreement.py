@@ -25,14 +25,12 @@ from rredcot.steps.study_common import (
     with_reference_kind,
     write_table,
 )
-from rredcot.studies.agreement import (
-    agreement_with_resamples,
-    cost_match,
-    null_estimates,
-    preregistered_answer_now,
-)
+from rredcot.studies.agreement import agreement_with_resamples
+from rredcot.studies.cost_match import cost_match
 from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
+from rredcot.studies.null_estimator import null_estimates
+from rredcot.studies.preregistered import preregistered_answer_now
 
 # the agreement table's columns the log shows
 LOGGED = (

@@ -29,9 +29,9 @@ from rredcot.steps.study_common import (
     with_reference_kind,
     write_table,
 )
-from rredcot.studies.agreement import null_estimates
 from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.localization import localization_sets, localization_table, true_segments
+from rredcot.studies.null_estimator import null_estimates
 
 
 def main() -> None:

@@ -124,6 +124,12 @@ class SegmentationConfig:
         _check_fraction("topq", self.topq, low_open=True, high_closed=False)
         _check_fraction("prob_threshold", self.prob_threshold, low_open=True, high_closed=True)
 
+    @property
+    def reads_token_scores(self) -> bool:
+        """Whether the strategy reads per-token entropies or log-probs (callers run the
+        teacher-forced pass that gives them only then)."""
+        return self.strategy in ("hybrid", "entropy_topq", "low_prob_cutpoints")
+
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> SegmentationConfig:
         """Build from a config mapping (e.g. `config["segmentation"]`); unknown keys are errors."""

@@ -204,7 +204,8 @@ def rredcot_estimates(
     in `cost_basis`). The reference is read from `reference_column`; traces without one get
     no row.
     """
-    from rredcot.credit.rredcot import Trace, rredcot_credit_batch, rredcot_variants_batch
+    from rredcot.credit.rredcot import rredcot_credit_batch, rredcot_variants_batch
+    from rredcot.credit.traces import Trace
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     items = []
@@ -274,7 +275,7 @@ def attribution_estimates(
 ) -> pl.DataFrame:
     """σ of each attribution in `names` (keys of `ATTRIBUTIONS`), one call per trace."""
     from rredcot.credit.attribution import AttributionTrace, attribute
-    from rredcot.credit.rredcot import thinking_states
+    from rredcot.credit.rredcot_queries import thinking_states
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     rows: list[dict[str, Any]] = []

@@ -56,7 +56,6 @@ from rredcot.training.methods.base import (
     MethodSettings,
     RolloutBatch,
     TaskMethod,
-    needs_scores,
 )
 
 
@@ -342,7 +341,7 @@ class ResetMethod(TaskMethod):
         response = self.response_of(chain.completion_ids)
         texts = [self.tokenizer.decode([t], skip_special_tokens=False) for t in response]
         h = lp = None
-        if needs_scores(self.segmentation):
+        if self.segmentation.reads_token_scores:
             lp_t, h_t = response_entropies(policy, x, response)  # (T,) each
             h, lp = h_t.double().cpu().numpy(), lp_t.double().cpu().numpy()
         b = [int(v) for v in segment(texts, h, lp, self.segmentation)]
@@ -406,7 +405,7 @@ class ResetMethod(TaskMethod):
             ]
         finally:
             policy.train(was_training)
-        if needs_scores(self.segmentation):
+        if self.segmentation.reads_token_scores:
             cost += sum(len(q.prompt_ids) + len(q.response_ids) for q in parents)
         choices = self.reset_steps(ctx, parents) if parents else []
         if len(choices) != len(parents):

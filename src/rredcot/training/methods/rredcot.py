@@ -22,7 +22,8 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.redistribution import terminal_credit
-from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
+from rredcot.credit.traces import Trace
 from rredcot.references import reference_reasoning
 from rredcot.scoring.chunks import encode_within_budget
 from rredcot.scoring.packed import encoding_from_generation
@@ -33,7 +34,6 @@ from rredcot.training.methods.base import (
     SegmentCredit,
     SegmentCreditMethod,
     mean_segments,
-    needs_scores,
     segment_completions,
     strip_eos,
 )
@@ -132,7 +132,7 @@ class RREDCoTMethod(SegmentCreditMethod):
                 max_tokens_per_pass=self.estimator.max_tokens_per_pass,
                 max_resident_tokens=self.estimator.max_resident_tokens,
             )
-        scores = encoded.token_scores(policy) if needs_scores(self.segmentation) else None
+        scores = encoded.token_scores(policy) if self.segmentation.reads_token_scores else None
         segs, _ = segment_completions(
             policy,
             self.tokenizer,

@@ -151,7 +151,7 @@ def agreement_with_resamples(
     truth: pl.DataFrame,
     halves: tuple[pl.DataFrame, pl.DataFrame],
     *,
-    reference: str,
+    baseline_estimator: str,
     resamples: int,
     seed: int,
     step_up: float,
@@ -165,7 +165,8 @@ def agreement_with_resamples(
     truth: trace_index, sigma, values of the ground truth (full N); halves: the same from the
     first and the second half of its rollouts; step_up: n_total / n_half of those rollouts
     (`split_half_factor`); statistic: the per-trace statistic (`STATISTICS`; pooled is always
-    Spearman). reference: the estimator the paired differences are taken against. Columns:
+    Spearman). baseline_estimator: the estimator the paired differences are taken against (the
+    table calls it the reference). Columns:
     target, aggregation, statistic, estimator, family, n_rollouts, rho, ci95_low, ci95_high,
     ci_dropped_share, diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
     disattenuated, reliability, step_up, ceiling, ceiling_ci95_low, ceiling_ci95_high,
@@ -178,8 +179,10 @@ def agreement_with_resamples(
         raise ValueError(f"statistic: expected one of {sorted(STATISTICS)}, got {statistic!r}")
     per_trace_stat = STATISTICS[statistic]
     names = estimates["estimator"].unique(maintain_order=True).to_list()
-    if reference not in names:
-        raise ValueError(f"reference: {reference!r} is not an estimator; have {names}")
+    if baseline_estimator not in names:
+        raise ValueError(
+            f"baseline_estimator: {baseline_estimator!r} is not an estimator; have {names}"
+        )
     out = []
     all_samples: Resamples = {}
     for target_index, target in enumerate(TARGETS):
@@ -237,8 +240,8 @@ def agreement_with_resamples(
             ceil_ci = percentile_ci(
                 np.array([ceiling(spearman_brown(h, step_up)) for h in half_samples])
             )
-            has_ref = reference in scored  # the reference may not have this target
-            ref_samples = st["samples"].get(reference)
+            has_ref = baseline_estimator in scored  # the baseline may lack this target
+            ref_samples = st["samples"].get(baseline_estimator)
             for name in scored:
                 family, n_rollouts = (
                     estimates.filter(pl.col("estimator") == name)
@@ -247,7 +250,7 @@ def agreement_with_resamples(
                 )
                 ci = percentile_ci(st["samples"][name])
                 if has_ref:
-                    diff = st["point"][name] - st["point"][reference]
+                    diff = st["point"][name] - st["point"][baseline_estimator]
                     d_ci = percentile_ci(st["samples"][name] - ref_samples)
                     d_low, d_high = d_ci.low, d_ci.high
                 else:
@@ -270,7 +273,7 @@ def agreement_with_resamples(
                         "diff_ci95_high": d_high,
                         "verdict": (
                             "reference"
-                            if name == reference
+                            if name == baseline_estimator
                             else verdict(d_low, d_high)
                             if has_ref
                             else "no reference"

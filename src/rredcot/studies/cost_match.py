@@ -51,10 +51,11 @@ def _order_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
 
 
 def cost_match(
-    table: pl.DataFrame, reference: str, resamples: Resamples | None = None
+    table: pl.DataFrame, baseline_estimator: str, resamples: Resamples | None = None
 ) -> pl.DataFrame:
-    """Per (target, aggregation): the MC N whose agreement equals the reference's, what MC costs
-    there relative to the reference, and a CI for both from the shared bootstrap resamples.
+    """Per (target, aggregation): the MC N whose agreement equals the reference's (the
+    `baseline_estimator`, column `reference`), what MC costs there relative to the reference,
+    and a CI for both from the shared bootstrap resamples.
 
     n_equal: where the MC curve (ρ against log₂ N, `crossing`) reaches the reference's ρ
     (`inf` when no measured N does, `note` says so); n_equal_ci95_low/high: the same crossing
@@ -71,7 +72,7 @@ def cost_match(
     for (target, aggregation), part in table.group_by(
         ["target", "aggregation"], maintain_order=True
     ):
-        ref = part.filter(pl.col("estimator") == reference)
+        ref = part.filter(pl.col("estimator") == baseline_estimator)
         mc = part.filter(pl.col("family") == "mc").sort("n_rollouts")
         if ref.height == 0 or mc.height == 0:
             continue
@@ -83,7 +84,7 @@ def cost_match(
         row: dict[str, Any] = {
             "target": target,
             "aggregation": aggregation,
-            "reference": reference,
+            "reference": baseline_estimator,
             "reference_rho": r["rho"],
             "n_equal": n_equal,
             "n_equal_ci95_low": float("nan"),
@@ -104,7 +105,9 @@ def cost_match(
         if samples is not None:
             names = mc["estimator"].to_list()
             curves = np.stack([samples[m] for m in names], axis=1)  # (R, N)
-            found = [crossing(n, c, t) for c, t in zip(curves, samples[reference], strict=True)]
+            found = [
+                crossing(n, c, t) for c, t in zip(curves, samples[baseline_estimator], strict=True)
+            ]
             n_b = np.array([f[0] for f in found])
             row["n_equal_ci95_low"], row["n_equal_ci95_high"] = _order_ci(n_b)
             row["share_beyond_max_n"] = float(np.mean(np.isinf(n_b)))

@@ -46,11 +46,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+
+from rredcot.config import check_known_keys
 
 KEYWORDS: tuple[str, ...] = ("\n\n", "\n")
 DISCOURSE_MARKERS: tuple[str, ...] = (
@@ -133,10 +135,7 @@ class SegmentationConfig:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> SegmentationConfig:
         """Build from a config mapping (e.g. `config["segmentation"]`); unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown segmentation key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("segmentation", cls, mapping)
         values = dict(mapping)
         if isinstance(values.get("keywords"), list):
             values["keywords"] = tuple(values["keywords"])

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from numbers import Integral, Real
 from typing import Any
 
-from rredcot.config import check_choices
+from rredcot.config import check_choices, check_known_keys
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
@@ -232,10 +232,7 @@ class TrainingSettings:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> TrainingSettings:
         """From `--params` JSON; nested blocks are mappings, unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown training key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("training", cls, mapping)
         values = dict(mapping)
         blocks = {
             "segmentation": SegmentationConfig,

@@ -40,13 +40,14 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from rredcot.config import check_known_keys
 from rredcot.credit.advantages import per_group_advantages
 from rredcot.scoring import response_entropies
 from rredcot.segmentation import SegmentationConfig, segment
@@ -94,10 +95,7 @@ class ResetConfig:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> ResetConfig:
         """Build from a config mapping; unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown resets key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("resets", cls, mapping)
         return cls(**mapping)
 
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rredcot.segment_counts import MERGE_SCORES
 from rredcot.segmentation import (
     DISCOURSE_MARKERS,
-    MERGE_SCORES,
     STRATEGIES,
     SegmentationConfig,
     check_boundaries,

@@ -14,6 +14,7 @@ the same check when run without Snakemake.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -39,6 +40,15 @@ def check_choices(block: str, settings: object, choices: Mapping[str, Collection
             raise ValueError(
                 f"{block}.{name}: {value!r} is not allowed; choose one of {list(allowed)}"
             )
+
+
+def check_known_keys(block: str, cls: type, mapping: Mapping[str, Any]) -> None:
+    """Refuse keys of `mapping` that are not fields of the dataclass `cls`, naming the config
+    block and every field it allows (the one check of every settings class's `from_dict`)."""
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(mapping) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown {block} key(s) {unknown}; allowed: {allowed}")
 
 
 def _with_defaults(cls: type) -> type:

@@ -73,7 +73,7 @@ class MethodSpec:
     loss_type grpo, kl_beta 0 and an even num_generations (`training_rules.settings_error`)."""
     own_rollouts: bool = False
     """Calls the trainer's sampler itself with data-dependent sizes (MC's rollouts, the resets'
-    groups), which some vLLM layouts cannot serve (`training.run.check_collectives`)."""
+    groups), which some vLLM layouts cannot serve (`training.trl_config.check_collectives`)."""
     analysis_only: bool = False
     """Reads the synthetic world's answer key (`program`): an oracle for analysis, never a
     method under test; the synthetic task only."""

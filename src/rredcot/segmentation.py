@@ -17,7 +17,8 @@ Strategies (`STRATEGIES`, chosen by `SegmentationConfig.strategy`):
 - `entropy_topq`: a boundary before each of the highest-entropy tokens.
 - `low_prob_cutpoints` (SPO, Guo et al. 2025): a boundary before each token with π < threshold.
 - `hybrid` (default, RREDCoT's reconstruction): the keyword split, then merge the adjacent pair
-  with the lowest merge score until K segments remain (`MERGE_SCORES`).
+  with the lowest merge score until K segments remain (`MERGE_SCORES`,
+  `rredcot.segment_counts`).
 
 Rules shared by all strategies (reconstructed choices, documented because the paper's text is not
 available):
@@ -46,11 +47,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+
+from rredcot.config import check_known_keys
+from rredcot.segment_counts import MERGE_SCORES, all_tokens, fit_count, token_count
 
 KEYWORDS: tuple[str, ...] = ("\n\n", "\n")
 DISCOURSE_MARKERS: tuple[str, ...] = (
@@ -63,11 +67,6 @@ DISCOURSE_MARKERS: tuple[str, ...] = (
     "Let me",
 )
 _NONSPACE = re.compile(r"\S")
-
-# A count rule fits a boundary array (int64, (S+1,)) to a target count: the cost of removing each
-# interior boundary (merging the two segments around it), and where to add one more boundary.
-MergeCosts = Callable[[np.ndarray], np.ndarray]
-SplitPoint = Callable[[np.ndarray], int]
 
 
 @dataclass(frozen=True)
@@ -124,13 +123,16 @@ class SegmentationConfig:
         _check_fraction("topq", self.topq, low_open=True, high_closed=False)
         _check_fraction("prob_threshold", self.prob_threshold, low_open=True, high_closed=True)
 
+    @property
+    def reads_token_scores(self) -> bool:
+        """Whether the strategy reads per-token entropies or log-probs (callers run the
+        teacher-forced pass that gives them only then)."""
+        return self.strategy in ("hybrid", "entropy_topq", "low_prob_cutpoints")
+
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> SegmentationConfig:
         """Build from a config mapping (e.g. `config["segmentation"]`); unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown segmentation key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("segmentation", cls, mapping)
         values = dict(mapping)
         if isinstance(values.get("keywords"), list):
             values["keywords"] = tuple(values["keywords"])
@@ -219,11 +221,6 @@ def _result(cuts: np.ndarray | Sequence[int], num_tokens: int) -> list[int]:
     return [0, *interior.tolist(), num_tokens] if num_tokens > 0 else [0]
 
 
-def _all_tokens(num_tokens: int) -> list[int]:
-    """T < K: every token is its own segment."""
-    return list(range(num_tokens + 1))
-
-
 def _top_tokens(scores: np.ndarray, count: int) -> np.ndarray:
     """Indices (among 1 … T−1) of the `count` largest scores; ties go to the lowest index."""
     candidates = scores[1:]
@@ -305,86 +302,6 @@ def _keyword_split(
     return np.asarray(_drop_blank_segments(_snap_to_tokens(starts, ends), text, ends), np.int64)
 
 
-# --------------------------------------------------------------------------- count fitting
-
-
-def _fit_count(
-    bounds: np.ndarray, num_segments: int, merge_costs: MergeCosts, split_point: SplitPoint
-) -> list[int]:
-    """Merge (lowest cost first, leftmost on ties) or split until exactly K segments remain.
-
-    O(S²) in numpy for S starting segments (each merge recomputes S costs); S is the number of
-    keyword segments, a few hundred to a few thousand for long reasoning traces.
-    """
-    num_tokens = int(bounds[-1])
-    if num_tokens < num_segments:
-        return _all_tokens(num_tokens)
-    while len(bounds) - 1 > num_segments:
-        i = int(np.argmin(merge_costs(bounds)))  # first minimum = leftmost pair
-        bounds = np.delete(bounds, i + 1)
-    while len(bounds) - 1 < num_segments:
-        cut = split_point(bounds)
-        bounds = np.insert(bounds, np.searchsorted(bounds, cut), cut)
-    return bounds.tolist()
-
-
-def _pair_entropy_sum(entropies: np.ndarray) -> tuple[MergeCosts, SplitPoint]:
-    """Merge: cost of joining segments i−1, i = Σ_{j ∈ both} H_j (prefix-sum differences).
-
-    Split: the segment with the largest Σ H among those with ≥ 2 tokens, before its
-    highest-entropy token other than its first.
-    """
-    cum_h = np.concatenate(([0.0], np.cumsum(entropies)))
-
-    def merge_costs(b: np.ndarray) -> np.ndarray:
-        return cum_h[b[2:]] - cum_h[b[:-2]]  # (S−1,) one per interior boundary b[1:-1]
-
-    def split_point(b: np.ndarray) -> int:
-        sums = np.where(np.diff(b) >= 2, cum_h[b[1:]] - cum_h[b[:-1]], -np.inf)
-        k = int(np.argmax(sums))  # first maximum = leftmost segment
-        inner = entropies[b[k] + 1 : b[k + 1]]
-        return int(b[k] + 1 + np.argmax(inner))
-
-    return merge_costs, split_point
-
-
-def _boundary_entropy(entropies: np.ndarray) -> tuple[MergeCosts, SplitPoint]:
-    """Merge: cost of removing boundary b_i = H at b_i (the right segment's first token).
-
-    Split: a new boundary before the highest-entropy token that is not a boundary yet.
-    """
-
-    def merge_costs(b: np.ndarray) -> np.ndarray:
-        return entropies[b[1:-1]]
-
-    def split_point(b: np.ndarray) -> int:
-        free = entropies.copy()
-        free[b[:-1]] = -np.inf  # token 0 and existing boundaries
-        return int(np.argmax(free))
-
-    return merge_costs, split_point
-
-
-def _token_count(_: np.ndarray | None = None) -> tuple[MergeCosts, SplitPoint]:
-    """Entropy-free rule for `keyword` with K: merge the shortest adjacent pair, split the
-    longest segment at its middle token (start + ⌊length/2⌋)."""
-
-    def merge_costs(b: np.ndarray) -> np.ndarray:
-        return b[2:] - b[:-2]
-
-    def split_point(b: np.ndarray) -> int:
-        k = int(np.argmax(np.diff(b)))
-        return int(b[k] + (b[k + 1] - b[k]) // 2)
-
-    return merge_costs, split_point
-
-
-MERGE_SCORES: dict[str, Callable[[np.ndarray], tuple[MergeCosts, SplitPoint]]] = {
-    "pair_entropy_sum": _pair_entropy_sum,
-    "boundary_entropy": _boundary_entropy,
-}
-
-
 # --------------------------------------------------------------------------- strategies
 
 
@@ -403,13 +320,13 @@ def keyword_boundaries(
     bounds = _keyword_split(token_texts, keywords, discourse_markers)
     if num_segments is None:
         return bounds.tolist()
-    return _fit_count(bounds, num_segments, *_token_count())
+    return fit_count(bounds, num_segments, *token_count())
 
 
 def fixed_boundaries(num_tokens: int, *, num_segments: int = 4) -> list[int]:
     """K segments of nearly equal size: b_k = ⌊k·T/K⌋ (sizes differ by at most one)."""
     if num_tokens < num_segments:
-        return _all_tokens(num_tokens)
+        return all_tokens(num_tokens)
     return [k * num_tokens // num_segments for k in range(num_segments + 1)]
 
 
@@ -423,7 +340,7 @@ def entropy_topq_boundaries(
     h = _as_vector(entropies, "entropies")
     num_tokens = h.shape[0]
     if num_segments is not None and num_tokens < num_segments:
-        return _all_tokens(num_tokens)
+        return all_tokens(num_tokens)
     count = num_segments - 1 if num_segments is not None else int(math.floor(topq * num_tokens))
     return _result(_top_tokens(h, min(count, max(num_tokens - 1, 0))), num_tokens)
 
@@ -441,7 +358,7 @@ def low_prob_boundaries(
     if num_segments is None:
         return _result(np.flatnonzero(lp < math.log(prob_threshold)), num_tokens)
     if num_tokens < num_segments:
-        return _all_tokens(num_tokens)
+        return all_tokens(num_tokens)
     return _result(_top_tokens(-lp, num_segments - 1), num_tokens)
 
 
@@ -463,7 +380,7 @@ def hybrid_boundaries(
     _check_choice("merge_score", merge_score, MERGE_SCORES)
     h = _as_vector(entropies, "entropies", len(token_texts))
     bounds = _keyword_split(token_texts, keywords, discourse_markers)
-    return _fit_count(bounds, num_segments, *MERGE_SCORES[merge_score](h))
+    return fit_count(bounds, num_segments, *MERGE_SCORES[merge_score](h))
 
 
 Strategy = Callable[[Sequence[str], Any, Any, SegmentationConfig], list[int]]

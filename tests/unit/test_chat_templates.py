@@ -9,7 +9,7 @@ import pytest
 from tokenizers import processors
 
 from rredcot.credit.reference_paths import ReferencePath, build_continuations
-from rredcot.credit.rredcot import thinking_states
+from rredcot.credit.rredcot_queries import thinking_states
 from rredcot.models.chat import check_thinking, pin_thinking, prepare_tokenizer, single_bos
 from rredcot.models.loading import load_tokenizer
 from rredcot.models.tokenizer import build_byte_tokenizer

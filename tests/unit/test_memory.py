@@ -21,7 +21,8 @@ import rredcot.scoring.chunks as chunks_module
 import rredcot.scoring.logprobs as logprobs_module
 import rredcot.scoring.packed as packed_module
 import rredcot.scoring.passes as passes_module
-from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
+from rredcot.credit.traces import Trace
 from rredcot.memory_plan import ModelShape, advice, credit_phases, rule_phases
 from rredcot.models.tiny import build_tiny_model
 from rredcot.scoring.chunks import (

@@ -23,7 +23,7 @@ from rredcot.training.methods import rredcot as rredcot_method_module
 from rredcot.training.methods.base import response_scores, segment_completions, strip_eos
 from rredcot.training.methods.mc import fill_missing_values
 from rredcot.training.methods.rredcot import reference_path
-from rredcot.training.run import TrainingSettings
+from rredcot.training.settings import TrainingSettings
 
 ARCH = {
     "hidden_size": 32,

@@ -27,7 +27,8 @@ from rredcot.tasks import get_task
 from rredcot.tasks.math import INSTRUCTION
 from rredcot.training import CreditGRPOTrainer, TrainingSettings, build_method, grpo_config
 from rredcot.training.launch import ACCELERATE_CONFIGS, accelerate_command
-from rredcot.training.run import batch_layout, check_collectives, train_policy
+from rredcot.training.run import train_policy
+from rredcot.training.trl_config import batch_layout, check_collectives
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -35,6 +35,8 @@ from rredcot.credit.rredcot import (
     state_kinds,
     value_estimate,
 )
+from rredcot.credit.rredcot_queries import Columns
+from rredcot.credit.traces import SegmentedTrace
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring.logprobs import sequence_logprob_naive
@@ -920,3 +922,56 @@ def test_variants_from_one_pass_equal_each_variant_alone(model, tokenizer):
             traces,
             {"a": RREDCoTConfig(join="line"), "b": RREDCoTConfig(join="verbatim")},
         )
+
+
+# --------------------------------------------------------------------------- traces and columns
+
+
+def test_a_segmented_trace_needs_segments_unless_the_response_is_empty():
+    assert SegmentedTrace([1], [], [0]).num_segments == 0  # a completion the loss masks out
+    assert SegmentedTrace([1], [5, 6], [0, 2]).num_segments == 1
+    for boundaries in ([0], [0, 1], [0, 2, 2], [1, 2]):
+        with pytest.raises(ValueError, match="boundaries"):
+            SegmentedTrace([1], [5, 6], boundaries)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        SegmentedTrace([], [5], [0, 1])
+
+
+def test_rredcot_trace_is_a_segmented_trace_with_at_least_one_segment(tokenizer):
+    ref = ReferencePath.from_row(get_task("synthetic"), ROW)
+    trace = Trace([1], [5, 6], [0, 1, 2], ref, 1.0)
+    assert isinstance(trace, SegmentedTrace) and trace.num_segments == 2
+    with pytest.raises(ValueError, match="K ≥ 1"):
+        Trace([1], [], [0], ref, 1.0)
+    with pytest.raises(ValueError, match="reward"):
+        Trace([1], [5], [0, 1], ref, float("nan"))
+
+
+@pytest.mark.parametrize(("with_prefix", "conditional"), itertools.product([False, True], repeat=2))
+def test_columns_name_where_each_continuation_is_scored(tokenizer, with_prefix, conditional):
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    conts = build_continuations(
+        task,
+        ref,
+        tokenizer,
+        state_kind="newline",
+        with_path_prefix=with_prefix,
+        with_conditional=conditional,
+    )
+    chosen = (0, 2)
+    columns = Columns.layout(len(chosen), with_prefix, conditional)
+    ids = columns.ids(conts, chosen)
+    assert ids[columns.joint] == conts.answer_now
+    assert ids[columns.suffixes] == [conts.suffixes[0], conts.suffixes[2]]
+    named = [columns.path_prefix, columns.trigger, columns.answer_body]
+    assert named == [
+        1 + len(chosen) if with_prefix else None,
+        *((len(ids) - 2, len(ids) - 1) if conditional else (None, None)),
+    ]
+    if with_prefix:
+        assert ids[columns.path_prefix] == conts.path_prefix
+    if conditional:
+        assert ids[columns.trigger] == conts.trigger
+        assert ids[columns.answer_body] == conts.answer_body
+    assert len(ids) == 1 + len(chosen) + with_prefix + 2 * conditional

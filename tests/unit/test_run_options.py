@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rredcot.steps.train_policy import build_parser, record_blocks
-from rredcot.training.run import RunOptions, TrainingSettings, grpo_config
+from rredcot.training.settings import RunOptions, TrainingSettings
+from rredcot.training.trl_config import grpo_config
 from rredcot.training_rules import settings_error
 
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rredcot.segment_counts import MERGE_SCORES
 from rredcot.segmentation import (
     DISCOURSE_MARKERS,
-    MERGE_SCORES,
     STRATEGIES,
     SegmentationConfig,
     check_boundaries,
@@ -377,3 +377,15 @@ def test_hybrid_merge_matches_plain_python_reference(response, k):
     bounds = keyword_boundaries(tokens)
     if len(bounds) - 1 >= k:  # merging only; splitting is covered by the hand cases
         assert hybrid_boundaries(tokens, h, num_segments=k) == _reference_pair_sum(tokens, h, k)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_reads_token_scores_says_which_strategies_need_the_scoring_pass(strategy):
+    # A strategy that reads scores refuses to run without them; the others run on text alone.
+    config = SegmentationConfig(strategy=strategy)
+    texts = list("a=1\nb=2\nc=3\nd=4\ne=5\n")
+    if config.reads_token_scores:
+        with pytest.raises(ValueError, match="required by this strategy"):
+            segment(texts, None, None, config)
+    else:
+        assert segment(texts, None, None, config)[-1] == len(texts)

@@ -20,7 +20,7 @@ from rredcot.models.sft_settings import SFTSettings
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods.resets import ResetConfig
-from rredcot.training.run import TrainingSettings
+from rredcot.training.settings import TrainingSettings
 from rredcot.training_rules import NOT_RUN_SETTINGS
 
 # config block -> (settings class, keys only the schema has, fields only the class has)

@@ -35,15 +35,8 @@ from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.reporting import figures
 from rredcot.segmentation import SegmentationConfig
 from rredcot.studies import rollouts as rollouts_module
-from rredcot.studies.agreement import (
-    NULL,
-    agreement_table,
-    common_set,
-    correlation_matrix,
-    cost_match,
-    null_estimates,
-    preregistered_answer_now,
-)
+from rredcot.studies.agreement import agreement_table, common_set, correlation_matrix
+from rredcot.studies.cost_match import cost_match
 from rredcot.studies.estimators import ESTIMATE_SCHEMA, reference_kind, rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 from rredcot.studies.localization import localization_sets, localization_table, true_segments
@@ -63,6 +56,8 @@ from rredcot.studies.metrics import (
     spearman_flat0,
     split_half_factor,
 )
+from rredcot.studies.null_estimator import NULL, null_estimates
+from rredcot.studies.preregistered import preregistered_answer_now
 from rredcot.studies.rollouts import (
     ROLLOUT_SCHEMA,
     forward_tokens_per_trace,
@@ -281,7 +276,9 @@ def test_agreement_table_hand_computed_and_paired() -> None:
         },
     )
     halves = (GT, GT)  # identical halves: split-half 1, reliability 1, ceiling 1
-    table = agreement_table(est, GT, halves, reference="good", resamples=300, seed=0, step_up=2)
+    table = agreement_table(
+        est, GT, halves, baseline_estimator="good", resamples=300, seed=0, step_up=2
+    )
     row = {(r["target"], r["aggregation"], r["estimator"]): r for r in table.iter_rows(named=True)}
     good, flat = row["credits", "per_trace", "good"], row["credits", "per_trace", "flat"]
     assert good["rho"] == pytest.approx(1.0) and good["n_traces"] == 2
@@ -318,7 +315,9 @@ def test_agreement_paired_ci_is_narrower_than_the_unpaired_one() -> None:
         rows.append((t, "b", (g + noise + rng.normal(scale=0.3, size=6)).tolist()))
     gt = pl.DataFrame({"trace_index": list(range(60)), "sigma": truth, "values": truth})
     est = _estimates(rows)
-    table = agreement_table(est, gt, (gt, gt), reference="a", resamples=500, seed=0, step_up=2)
+    table = agreement_table(
+        est, gt, (gt, gt), baseline_estimator="a", resamples=500, seed=0, step_up=2
+    )
     b = table.filter(
         (pl.col("estimator") == "b") & (pl.col("target") == "credits"),
         pl.col("aggregation") == "per_trace",
@@ -343,7 +342,7 @@ def test_split_half_is_stepped_up_by_the_rollout_counts_and_skips_unscorable_hal
     second = gt.with_columns(sigma=pl.Series([[2.0, 1.0, 3.0], [3.0, 2.0, 1.0], [2.0, 3.0, 1.0]]))
     est = _estimates([(t, "a", v) for t, v in enumerate(gt["sigma"].to_list())])
     table = agreement_table(
-        est, gt, (first, second), reference="a", resamples=200, seed=0, step_up=33 / 16
+        est, gt, (first, second), baseline_estimator="a", resamples=200, seed=0, step_up=33 / 16
     )
     r = table.filter((pl.col("target") == "credits") & (pl.col("aggregation") == "per_trace"))
     r = r.row(0, named=True)
@@ -447,7 +446,9 @@ def test_null_row_explains_what_r_explains_and_nothing_within_a_trace() -> None:
     sigmas = [[0.1, 0.2, 0.1], [-0.2, -0.2, -0.1], [0.3, 0.15, 0.05], [-0.05, -0.15, -0.2]]
     gt = pl.DataFrame({"trace_index": [0, 1, 2, 3], "sigma": sigmas, "values": values})
     null = null_estimates(traces, seg)
-    table = agreement_table(null, gt, (gt, gt), reference=NULL, resamples=100, seed=0, step_up=2)
+    table = agreement_table(
+        null, gt, (gt, gt), baseline_estimator=NULL, resamples=100, seed=0, step_up=2
+    )
     row = {(r["target"], r["aggregation"]): r["rho"] for r in table.iter_rows(named=True)}
     assert row["values", "per_trace"] == 0.0  # constant within each trace
     assert row["values", "pooled"] == pytest.approx(
@@ -812,7 +813,7 @@ def test_true_segments_and_localization_table() -> None:
             (1, "far", [-3.0, 0.0, 5.0]),
         ]
     )
-    table = localization_table(est, truth, reference="right", resamples=100, seed=0)
+    table = localization_table(est, truth, baseline_estimator="right", resamples=100, seed=0)
     got = {r["estimator"]: (r["top1"], r["within_one"]) for r in table.iter_rows(named=True)}
     assert got["random"] == pytest.approx((1 / 3, 1.0))
     assert got["right"] == (1.0, 1.0)
@@ -823,7 +824,7 @@ def test_true_segments_and_localization_table() -> None:
     assert diff["far"] == -1.0 and diff["tied"] == -0.5 and diff["right"] == 0.0
     # an unusable σ (NaN) takes the trace out for every estimator, not for one
     nan = pl.concat([est, _estimates([(1, "broken", [float("nan"), 0.0, 1.0])])])
-    none = localization_table(nan, truth, reference="right", resamples=100, seed=0)
+    none = localization_table(nan, truth, baseline_estimator="right", resamples=100, seed=0)
     assert none.height == 0
 
 
@@ -836,7 +837,9 @@ def test_localization_is_paired_over_the_same_traces() -> None:
     for t in range(40):
         good = [0.0, -1.0, 0.0, 0.0] if t % 4 else [0.0, 0.0, -1.0, 0.0]  # right 3 times in 4
         rows += [(t, "ref", good), (t, "same", good), (t, "noise", rng.normal(size=4).tolist())]
-    table = localization_table(_estimates(rows), truth, reference="ref", resamples=400, seed=0)
+    table = localization_table(
+        _estimates(rows), truth, baseline_estimator="ref", resamples=400, seed=0
+    )
     same = table.filter(pl.col("estimator") == "same").row(0, named=True)
     assert same["top1"] == pytest.approx(0.75)
     assert (same["diff_ci95_low"], same["diff_ci95_high"]) == (0.0, 0.0)  # identical: exactly 0
@@ -960,7 +963,7 @@ def test_figures_are_written(tmp_path: Path) -> None:
                 )
     agreement = pl.DataFrame(rows)
     figures.estimator_agreement_figure(
-        agreement, tmp_path / "a.png", reference="rredcot_ref_suffix_sum"
+        agreement, tmp_path / "a.png", baseline_estimator="rredcot_ref_suffix_sum"
     )
     matrix = pl.DataFrame({"estimator": ["mc_n1", "loo"], "mc_n1": [1.0, 0.3], "loo": [0.3, 1.0]})
     figures.correlation_heatmap(matrix, tmp_path / "c.png")
@@ -1130,12 +1133,14 @@ def test_localization_sets_by_reference_kind_and_overlap_bin() -> None:
     truth = pl.DataFrame({"trace_index": [0, 1], "num_segments": [3, 3], "true_segment": [0, 2]})
     est = _estimates([(0, "rredcot_a", [0.0, 1.0, 2.0]), (0, "rredcot_a_own_path", [1, 0, 2])])
     est = est.with_columns(family=pl.lit("rredcot"))
-    sets = localization_sets(truth, truth.head(1), est, reference="rredcot_a")
+    sets = localization_sets(truth, truth.head(1), est, baseline_estimator="rredcot_a")
     assert list(sets) == ["all_incorrect", "agreement_incorrect"]
     assert sorted(sets["all_incorrect"][1]["estimator"]) == ["rredcot_a", "rredcot_a_own_path"]
     assert sets["agreement_incorrect"][1]["estimator"].to_list() == ["rredcot_a"]
     bins = {"overlap<0.5": [1], "overlap=1": [0, 5], "0.5<=overlap<1": []}
-    sets = localization_sets(truth, truth.head(1), est, reference="rredcot_a", overlap_subsets=bins)
+    sets = localization_sets(
+        truth, truth.head(1), est, baseline_estimator="rredcot_a", overlap_subsets=bins
+    )
     assert list(sets)[2:] == ["incorrect overlap<0.5", "incorrect overlap=1"]  # empty bin: none
     assert sets["incorrect overlap<0.5"][0]["trace_index"].to_list() == [1]
     assert rredcot_name("a", "joint", "own_path") == "rredcot_a_joint_own_path"
@@ -1152,7 +1157,7 @@ def test_agreement_per_trace_statistic_is_selectable() -> None:
         {"trace_index": [0], "sigma": [[1.0, 2.0, 3.0, 4.0]], "values": [[1.0, 2.0, 3.0, 4.0]]}
     )
     est = _estimates([(0, "a", [1.0, 3.0, 2.0, 4.0])])
-    common = dict(reference="a", resamples=50, seed=0, step_up=2)
+    common = dict(baseline_estimator="a", resamples=50, seed=0, step_up=2)
     kendall = agreement_table(est, gt, (gt, gt), statistic="kendall", **common)
     spear = agreement_table(est, gt, (gt, gt), **common)
     pick = (pl.col("target") == "credits") & (pl.col("aggregation") == "per_trace")

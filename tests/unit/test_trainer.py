@@ -45,12 +45,9 @@ from rredcot.training.curves import CurveSettings, evaluate_policy
 from rredcot.training.methods import Method, MethodOutput, RolloutBatch
 from rredcot.training.methods.grpo import GRPOMethod
 from rredcot.training.methods.rredcot import RREDCoTMethod
-from rredcot.training.run import (
-    RETRY_EXIT_CODE,
+from rredcot.training.run_dir import (
     RUN_RECORD,
-    CheckpointGuard,
     RunDirectoryLocked,
-    TrainingInterrupted,
     claim_run_dir,
     fingerprint,
     job_record,
@@ -59,6 +56,7 @@ from rredcot.training.run import (
     run_record,
     unreadable_checkpoint,
 )
+from rredcot.training.stopping import RETRY_EXIT_CODE, CheckpointGuard, TrainingInterrupted
 from rredcot.training.trainer import EpochRepeatSampler
 
 ARCH = {
@@ -609,7 +607,7 @@ AGREE = """
 import json, os, signal, sys, time
 from accelerate import Accelerator
 from transformers import TrainerControl, TrainerState
-from rredcot.training.run import CheckpointGuard
+from rredcot.training.stopping import CheckpointGuard
 
 accelerator = Accelerator(cpu=True)
 guard = CheckpointGuard(save_minutes=30)
@@ -659,7 +657,7 @@ def test_processes_save_and_stop_at_the_same_step(tmp_path):
 
 HOLD_LOCK = """
 import sys
-from rredcot.training.run import run_dir_lock
+from rredcot.training.run_dir import run_dir_lock
 with run_dir_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.read()

@@ -115,7 +115,8 @@ def test_dims_come_from_config_json_first(tmp_path: Path) -> None:
 
 
 def test_trl_gets_the_derived_length(tmp_path: Path) -> None:
-    from rredcot.training.run import TrainingSettings, grpo_config
+    from rredcot.training.settings import TrainingSettings
+    from rredcot.training.trl_config import grpo_config
 
     vllm = {"use_vllm": True, "device": "auto", "max_completion_length": 100}
     rrpo = TrainingSettings(method="rrpo", loss_type="grpo", **vllm)

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from itertools import pairwise
 from numbers import Real
 from typing import Any
 
 import torch
+
+from rredcot.config import check_known_keys
 
 CREDIT_MODES: tuple[str, ...] = ("immediate", "reward_to_go", "mixed")
 CENTERS: tuple[str, ...] = ("group", "none")
@@ -80,10 +82,7 @@ class CreditConfig:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> CreditConfig:
         """Build from a config mapping; unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown credit key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("credit", cls, mapping)
         return cls(**mapping)
 
 

@@ -30,12 +30,13 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 import torch
 
+from rredcot.config import check_known_keys
 from rredcot.credit.redistribution import terminal_credit
 from rredcot.generation.base import Completion, GenerationBackend, SamplingParams
 from rredcot.segmentation import check_boundaries
@@ -84,10 +85,7 @@ class MCConfig:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> MCConfig:
         """Build from a config mapping (e.g. `config["mc"]`); unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown mc key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("mc", cls, mapping)
         return cls(**mapping)
 
 

@@ -15,11 +15,14 @@ The estimator is split so that each equation has one home:
   `answer_reward`), the value variants selected by name from `VALUE_VARIANTS`;
 - `rredcot_config`: the config block (`RREDCoTConfig`);
 - `reference_paths`: the reference path and the continuations scored at a state;
+- `rredcot_queries`: which continuations are scored at which states (`plan_queries`, the
+  column layout `Columns`, the kinds of state);
+- `traces`: the scored trace (`Trace`, a `SegmentedTrace` with the reference and return);
 - this module: the model-facing `rredcot_credit` / `rredcot_credit_batch`, which build the
   continuations from a `ReferencePath` (`build_continuations`) and score all of them at all
   states with `rredcot.scoring.packed` (each trace encoded once, its suffix rows reading its
   cache in place; state 0 once per prompt), then Φ, h and σ (`credit_from_scores`). Every
-  public name of the other three is re-exported here.
+  public name of the others is re-exported here.
 
 Reconstructed choices (the paper's text was not available), each a config option:
 
@@ -51,11 +54,9 @@ Reconstructed choices (the paper's text was not available), each a config option
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -72,6 +73,14 @@ from rredcot.credit.reference_paths import (
     split_lines,
 )
 from rredcot.credit.rredcot_config import ANSWER_NOW, JOIN_RULES, STATE_KINDS, RREDCoTConfig
+from rredcot.credit.rredcot_queries import (
+    JOINT_COLUMN,
+    QueryPlan,
+    draw_suffixes,
+    plan_queries,
+    state_kinds,
+    thinking_states,
+)
 from rredcot.credit.rredcot_values import (
     PRUNABLE,
     VALUE_VARIANTS,
@@ -79,7 +88,7 @@ from rredcot.credit.rredcot_values import (
     answer_reward,
     value_estimate,
 )
-from rredcot.models.chat import THINK_CLOSE, THINK_OPEN
+from rredcot.credit.traces import SegmentedTrace, Trace
 
 __all__ = [
     "ANSWER_NOW",
@@ -88,10 +97,12 @@ __all__ = [
     "STATE_KINDS",
     "VALUE_VARIANTS",
     "Continuations",
+    "CreditChain",
     "ReferencePath",
     "ReferenceScores",
     "RREDCoTConfig",
     "RREDCoTResult",
+    "SegmentedTrace",
     "Trace",
     "answer_reward",
     "build_continuations",
@@ -103,6 +114,7 @@ __all__ = [
     "rredcot_variants_batch",
     "split_lines",
     "state_kinds",
+    "thinking_states",
     "value_estimate",
 ]
 
@@ -133,33 +145,19 @@ class RREDCoTResult:
     suffix_columns: tuple[int, ...] = ()  # the j of each suffix_logprobs column
 
 
-@dataclass(frozen=True)
-class Trace:
-    """One scored trace: prompt x, response τ, boundaries 0 = b_0 < … < b_K = T, reference
-    (U*, y*) and return R = r(y)."""
+class CreditChain(NamedTuple):
+    """The §3 chain of one trace, by symbol."""
 
-    prompt_ids: Sequence[int]
-    response_ids: Sequence[int]
-    boundaries: Sequence[int]
-    reference: ReferencePath
-    reward: float
-
-    def __post_init__(self) -> None:
-        if len(self.prompt_ids) == 0:
-            raise ValueError("prompt_ids: must hold at least one token")
-        b, t = list(self.boundaries), len(self.response_ids)
-        increasing = all(right > left for left, right in zip(b, b[1:], strict=False))
-        if len(b) < 2 or b[0] != 0 or b[-1] != t or not increasing:
-            raise ValueError(f"boundaries: need 0 = b_0 < … < b_K = T = {t} with K ≥ 1, got {b}")
-        if not isinstance(self.reference, ReferencePath):
-            raise ValueError(f"reference: expected a ReferencePath, got {type(self.reference)}")
-        if not math.isfinite(float(self.reward)):
-            raise ValueError(f"reward: expected a finite return R, got {self.reward!r}")
+    r_hat: torch.Tensor  # (K+1,) answer-now reward R̂_k
+    v_hat: torch.Tensor  # (K+1,) reference-path value v̂_k
+    phi: torch.Tensor  # (K+1,) potential Φ_k = w_R·R̂_k + w_v·v̂_k
+    h: torch.Tensor  # (K,) raw credit Φ_k − Φ_{k−1}
+    sigma: torch.Tensor  # (K,) redistributed credit σ_k
 
 
 def credit_from_scores(
     scores: ReferenceScores, reward: float, config: RREDCoTConfig
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> CreditChain:
     """(r_hat, v_hat, phi, h, sigma) from scored log-probs: the whole §3 chain, pure."""
     if scores.num_states < 2:
         raise ValueError(f"scores: need K ≥ 1 segments (K+1 ≥ 2 states), got {scores.num_states}")
@@ -168,60 +166,7 @@ def credit_from_scores(
     phi = potential(r_hat, v_hat, config.w_R, config.w_v)  # (K+1,)
     h = raw_credit(phi)  # (K,)
     sigma = redistribute(phi, reward, config.return_equivalence, config.eps)  # (K,)
-    return r_hat, v_hat, phi, h, sigma
-
-
-def state_kinds(
-    tokenizer: Any,
-    prompt_ids: Sequence[int],
-    response_ids: Sequence[int],
-    boundaries: Sequence[int],
-    cache: dict[tuple[int, str], bool] | None = None,
-) -> list[str]:
-    """`STATE_KINDS` of each state s_k = x ⊕ τ[:b_k]: its last token's text ends with "\\n"
-    (newline); else the response ends there or its next token starts with "\\n" (line_end);
-    else mid_line. `cache` memoizes token decodes across calls."""
-    cache = {} if cache is None else cache
-    ids = [*prompt_ids, *response_ids]
-
-    def test(tok: int, how: str) -> bool:
-        if (tok, how) not in cache:
-            text = tokenizer.decode([tok], skip_special_tokens=False)
-            cache[tok, how] = text.endswith("\n") if how == "end" else text.startswith("\n")
-        return cache[tok, how]
-
-    kinds = []
-    for b in boundaries:
-        at = len(prompt_ids) + b
-        if test(ids[at - 1], "end"):
-            kinds.append("newline")
-        elif b == len(response_ids) or test(ids[at], "start"):
-            kinds.append("line_end")
-        else:
-            kinds.append("mid_line")
-    return kinds
-
-
-def thinking_states(
-    tokenizer: Any,
-    prompt_ids: Sequence[int],
-    response_ids: Sequence[int],
-    boundaries: Sequence[int],
-) -> list[bool]:
-    """Whether each state s_k = x ⊕ τ[:b_k] is inside an open `<think>` block (the last
-    `<think>` token after the last `</think>`); all False for a tokenizer without the two as
-    single tokens (the byte tokenizer, models that do not think)."""
-    ids = [tokenizer.convert_tokens_to_ids(t) for t in (THINK_OPEN, THINK_CLOSE)]
-    if any(not isinstance(i, int) or i == tokenizer.unk_token_id for i in ids):
-        return [False] * len(boundaries)
-    open_id, close_id = ids
-    flags, is_open = [], False  # flags[i]: open after token i of x ⊕ τ
-    for tok in [*prompt_ids, *response_ids]:
-        is_open = True if tok == open_id else False if tok == close_id else is_open
-        flags.append(is_open)
-    return [
-        bool(flags[len(prompt_ids) + b - 1]) if len(prompt_ids) + b else False for b in boundaries
-    ]
+    return CreditChain(r_hat, v_hat, phi, h, sigma)
 
 
 def _check_encoded_rows(traces: Sequence[Trace], encoded: Any, rows: Sequence[int]) -> None:
@@ -241,17 +186,6 @@ def _check_encoded_rows(traces: Sequence[Trace], encoded: Any, rows: Sequence[in
                 f"encoded_rows[{t}]: encoded trace {row} is not x ⊕ τ of trace {t} (its prompt "
                 f"must be equal and its response must start with the trace's response)"
             )
-
-
-def draw_suffixes(num_suffixes: int, m: int, rng: random.Random) -> tuple[int, ...]:
-    """j ∈ S: m of the J suffix indices drawn uniformly without replacement (all when m ≥ J).
-
-    Each j is in S with probability m/J, so (J/m)·Σ_{j∈S} π(C*_j | s) is unbiased for
-    Σ_j π(C*_j | s) (the `suffixes` option of `RREDCoTConfig`).
-    """
-    if m >= num_suffixes:
-        return tuple(range(num_suffixes))
-    return tuple(sorted(rng.sample(range(num_suffixes), m)))
 
 
 def _credit_batch(
@@ -276,7 +210,9 @@ def _credit_batch(
     Per trace: build the continuations (answer-now, C*_j, and U* ⊕ A for
     `ref_answer_after_path`; built once per reference and kind of state), score them at every
     state with `rredcot.scoring.packed` (`encode_traces`, then `score_encoded`: a few passes for
-    the whole batch), then `credit_from_scores`. State 0 (the bare prompt) is scored once per
+    the whole batch), then `credit_from_scores`. In steps: encode (`_encode`), plan the
+    queries (`plan_queries`), score (`_score_in_chunks`), assemble each trace's scores by name
+    (`_assemble`), then each variant's credit. State 0 (the bare prompt) is scored once per
     prompt and reference, not once per trace.
 
     encoded / encoded_rows: traces already encoded by the caller (`encode_traces`; row
@@ -291,125 +227,131 @@ def _credit_batch(
     encoding, state 0) is counted at the first trace that needs it, so the batch's sum is the
     batch's cost.
     """
-    from rredcot.scoring.chunks import ChunkedEncoding
-    from rredcot.scoring.packed import Pruning, StateQuery
-
     if not traces:
         return {name: [] for name in variants}
-    if encoded is None:
-        distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-        rows = [
-            distinct.setdefault((tuple(t.prompt_ids), tuple(t.response_ids)), len(distinct))
-            for t in traces
-        ]
-        # encoded chunk by chunk in `_score_in_chunks` (one chunk when the budget allows)
-        encoded = ChunkedEncoding(
-            [p for p, _ in distinct],
-            [r for _, r in distinct],
-            max_resident_tokens=config.max_resident_tokens,
-            max_tokens_per_pass=config.max_tokens_per_pass,
+    encoded, rows = _encode(traces, config, encoded, encoded_rows)
+    wanted = list(variants.values())
+    with_prefix = any(c.value == "ref_answer_after_path" for c in wanted)
+    conditional = any(c.answer_now == "conditional" for c in wanted)
+    plan = plan_queries(
+        traces,
+        rows,
+        tokenizer,
+        task,
+        config,
+        with_prefix=with_prefix,
+        conditional=conditional,
+        seed=seed,
+    )
+    prune = None
+    if config.prune_nats is not None and config.value in PRUNABLE:
+        from rredcot.scoring.packed import Pruning
+
+        prune = Pruning(  # anchored on the joint answer-now
+            config.prune_nats, config.prune_first_chunk, JOINT_COLUMN, config.prune_max_kept_tokens
         )
-    else:
+    tables, tokens = _score_in_chunks(
+        model, encoded, rows, plan.queries, plan.asked_by, config, prune
+    )
+    scored = _assemble(traces, plan, tables, tokens)
+    return {
+        name: [
+            _result(s.reference_scores(cfg.answer_now), trace, cfg, s.suffix_columns, s.tokens)
+            for s, trace in zip(scored, traces, strict=True)
+        ]
+        for name, cfg in variants.items()
+    }
+
+
+def _encode(
+    traces: Sequence[Trace],
+    config: RREDCoTConfig,
+    encoded: Any,
+    encoded_rows: Sequence[int] | None,
+) -> tuple[Any, list[int]]:
+    """(encoding, the row of each trace in it): the caller's encoding, checked, or the distinct
+    traces as a `ChunkedEncoding`, encoded chunk by chunk in `_score_in_chunks` (one chunk when
+    `config.max_resident_tokens` allows)."""
+    if encoded is not None:
         if encoded_rows is None:
             raise ValueError("encoded_rows: needed with encoded (the encoded row of each trace)")
         rows = list(encoded_rows)
         _check_encoded_rows(traces, encoded, rows)
+        return encoded, rows
+    from rredcot.scoring.chunks import ChunkedEncoding
 
-    wanted = list(variants.values())
-    with_prefix = any(c.value == "ref_answer_after_path" for c in wanted)
-    conditional = any(c.answer_now == "conditional" for c in wanted)
-    built: dict[tuple[ReferencePath, tuple[str, bool]], Continuations] = {}
-    draws: dict[tuple[tuple[int, ...], ReferencePath], tuple[int, ...]] = {}
-    rng = random.Random(f"rredcot-suffixes/{seed}")
-    decoded: dict[tuple[int, str], bool] = {}  # (token id, end|start) -> has "\n" there
+    distinct: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    rows = [
+        distinct.setdefault((tuple(t.prompt_ids), tuple(t.response_ids)), len(distinct))
+        for t in traces
+    ]
+    chunked = ChunkedEncoding(
+        [p for p, _ in distinct],
+        [r for _, r in distinct],
+        max_resident_tokens=config.max_resident_tokens,
+        max_tokens_per_pass=config.max_tokens_per_pass,
+    )
+    return chunked, rows
 
-    def continuations(ref: ReferencePath, kind: tuple[str, bool]) -> Continuations:
-        if (ref, kind) not in built:  # kind: (how it joins, inside a thinking block)
-            built[ref, kind] = build_continuations(
-                task,
-                ref,
-                tokenizer,
-                end_with_eos=config.end_with_eos,
-                state_kind=kind[0],
-                join=config.join,
-                with_path_prefix=with_prefix,
-                with_conditional=conditional,
-                thinking=kind[1],
-            )
-        return built[ref, kind]
 
-    queries: list[Any] = []
-    asked_by: list[int] = []  # the trace each query was made for (its cost is counted there)
-    shared: dict[tuple, tuple[int, int]] = {}  # a state's (query, row) by what it is
-    where: list[list[tuple[int, int]]] = []  # per trace, per state k: (query, row in it)
-    path_tokens: list[list[int]] = []
-    columns: list[tuple[int, ...]] = []
-    for t, (trace, row) in enumerate(zip(traces, rows, strict=True)):
-        ref, b = trace.reference, list(trace.boundaries)
-        j = ref.num_segments
-        group = (tuple(trace.prompt_ids), ref)
-        if group not in draws:
-            m = j if config.suffixes == "all" else int(config.suffixes)
-            draws[group] = draw_suffixes(j, m, rng)
-        chosen = draws[group]
-        columns.append(chosen)
-        if config.join == "line":
-            joins = state_kinds(tokenizer, trace.prompt_ids, trace.response_ids, b, decoded)
+@dataclass(frozen=True)
+class TraceScores:
+    """One trace's scored log-probs at states k = 0 … K, by name (`Columns`), both answer-now
+    forms beside the values they feed; what every variant of a batch reads."""
+
+    answer_joint: torch.Tensor  # (K+1,) log π(A ⊕ y* ⊕ close [⊕ EOS] | s_k)
+    answer_conditional: torch.Tensor | None  # (K+1,) log π(y* ⊕ close | s_k ⊕ A), ≤ 0
+    suffixes: torch.Tensor  # (K+1, m) log π(C*_j | s_k), j ∈ suffix_columns
+    path_prefix: torch.Tensor | None  # (K+1,) log π(U* ⊕ A | s_k)
+    path_num_tokens: torch.Tensor  # (K+1,) |C*| at each state
+    suffix_weight: float  # J/m
+    suffix_columns: tuple[int, ...]
+    tokens: int  # forward tokens run for this trace
+
+    def reference_scores(self, answer_now: str) -> ReferenceScores:
+        """The scores a config with this `answer_now` form reads."""
+        if answer_now == "conditional":
+            if self.answer_conditional is None:
+                raise ValueError("answer_now: the conditional form was not scored in this batch")
+            log_r_hat = self.answer_conditional
         else:
-            joins = ["line_end"] * len(b)
-        thinks = thinking_states(tokenizer, trace.prompt_ids, trace.response_ids, b)
-        kinds = list(zip(joins, thinks, strict=True))
-        own, lengths = [None] * len(b), [0] * len(b)
-        for kind in sorted(set(kinds)):
-            conts = continuations(ref, kind)
-            cols = [conts.answer_now, *(conts.suffixes[i] for i in chosen)]
-            if conts.path_prefix is not None:
-                cols.append(conts.path_prefix)
-            if conditional:
-                cols.extend([conts.trigger, conts.answer_body])
-            states = [k for k, kd in enumerate(kinds) if kd == kind]
-            for k in states:
-                lengths[k] = len(conts.suffixes[0])
-            new: list[int] = []  # prefix lengths b of states not scored yet
-            for k in states:
-                key = (group, tuple(trace.response_ids[: b[k]]), kind, chosen)
-                if key not in shared:  # a state seen before (e.g. s_0) is read off, not rescored
-                    shared[key] = (len(queries), len(new))
-                    new.append(b[k])
-                own[k] = shared[key]
-            if new:
-                queries.append(StateQuery(row, new, cols))
-                asked_by.append(t)
-        where.append(own)
-        path_tokens.append(lengths)
-
-    prune = None
-    if config.prune_nats is not None and config.value in PRUNABLE:
-        prune = Pruning(  # anchor 0: the answer-now column
-            config.prune_nats, config.prune_first_chunk, 0, config.prune_max_kept_tokens
+            log_r_hat = self.answer_joint
+        return ReferenceScores(
+            answer_now=log_r_hat,
+            suffixes=self.suffixes,
+            path_prefix=self.path_prefix,
+            path_num_tokens=self.path_num_tokens,
+            suffix_weight=self.suffix_weight,
         )
-    tables, tokens = _score_in_chunks(model, encoded, rows, queries, asked_by, config, prune)
-    per_trace = [torch.stack([tables[q][a] for q, a in where[t]]) for t in range(len(traces))]
 
-    def credits(cfg: RREDCoTConfig) -> list[RREDCoTResult]:
-        results = []
-        for t, trace in enumerate(traces):
-            per_state = per_trace[t]  # (K+1, 1 + m [+1] [+2]): joint, suffixes, prefix, A, body
-            m = len(columns[t])
-            answer_now = per_state[:, 0]  # joint
-            if cfg.answer_now == "conditional":  # log π(A ⊕ y* ⊕ close | s) − log π(A | s)
-                answer_now = (per_state[:, -1] - per_state[:, -2]).clamp(max=0.0)
-            scores = ReferenceScores(
-                answer_now=answer_now,
-                suffixes=per_state[:, 1 : 1 + m],
-                path_prefix=per_state[:, 1 + m] if with_prefix else None,
-                path_num_tokens=torch.tensor(path_tokens[t]),
-                suffix_weight=trace.reference.num_segments / m,
+
+def _assemble(
+    traces: Sequence[Trace],
+    plan: QueryPlan,
+    tables: Sequence[torch.Tensor],
+    tokens: Sequence[int],
+) -> list[TraceScores]:
+    """Each trace's rows of the scored tables, state by state, read by column name."""
+    out = []
+    for t, trace in enumerate(traces):
+        per_state = torch.stack([tables[q][a] for q, a in plan.where[t]])  # (K+1, columns)
+        col = plan.columns[t]
+        conditional = None
+        if col.trigger is not None:  # log π(A ⊕ y* ⊕ close | s) − log π(A | s)
+            conditional = (per_state[:, col.answer_body] - per_state[:, col.trigger]).clamp(max=0.0)
+        out.append(
+            TraceScores(
+                answer_joint=per_state[:, col.joint],
+                answer_conditional=conditional,
+                suffixes=per_state[:, col.suffixes],
+                path_prefix=None if col.path_prefix is None else per_state[:, col.path_prefix],
+                path_num_tokens=torch.tensor(plan.path_tokens[t]),
+                suffix_weight=trace.reference.num_segments / len(plan.suffix_columns[t]),
+                suffix_columns=plan.suffix_columns[t],
+                tokens=tokens[t],
             )
-            results.append(_result(scores, trace, cfg, columns[t], tokens[t]))
-        return results
-
-    return {name: credits(cfg) for name, cfg in variants.items()}
+        )
+    return out
 
 
 def _score_in_chunks(
@@ -478,16 +420,12 @@ def _result(
     suffix_columns: tuple[int, ...],
     forward_tokens: int,
 ) -> RREDCoTResult:
-    r_hat, v_hat, phi, h, sigma = credit_from_scores(scores, trace.reward, config)
+    chain = credit_from_scores(scores, trace.reward, config)
     return RREDCoTResult(
         answer_logprob=scores.answer_now,
         suffix_logprobs=scores.suffixes,
         path_prefix_logprobs=scores.path_prefix,
-        r_hat=r_hat,
-        v_hat=v_hat,
-        phi=phi,
-        h=h,
-        sigma=sigma,
+        **chain._asdict(),
         forward_tokens=forward_tokens,
         suffix_columns=suffix_columns,
     )

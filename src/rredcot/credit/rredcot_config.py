@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from rredcot.config import check_choices
+from rredcot.config import check_choices, check_known_keys
 from rredcot.credit.redistribution import RETURN_EQUIVALENCE
 from rredcot.credit.rredcot_values import VALUE_VARIANTS
 from rredcot.scoring.layout import LAYOUTS
@@ -137,8 +137,5 @@ class RREDCoTConfig:
     def from_dict(cls, mapping: Mapping[str, Any]) -> RREDCoTConfig:
         """Build from a config mapping (e.g. `config["estimator"]["rredcot"]`); unknown keys
         are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown estimator.rredcot key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("estimator.rredcot", cls, mapping)
         return cls(**mapping)

@@ -39,13 +39,14 @@ def benchmark_comparison(
     benchmark: str,
     grades: pl.DataFrame,
     methods: Sequence[str],
-    reference: str = "grpo",
+    baseline_method: str = "grpo",
     base: str = "base",
     n_resamples: int = 10_000,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """Rows `method − base` for every method in `methods` and `method − reference` for every
-    other method, on `benchmark`'s grades (all policies' rows, `base` among them).
+    """Rows `method − base` for every method in `methods` and `method − baseline_method` (the
+    reference) for every other method, on `benchmark`'s grades (all policies' rows, `base`
+    among them).
 
     Every problem the base was graded on must be graded for every run (a missing one is an
     error, never dropped for one method alone); a method's seeds must all have a reference run.
@@ -68,14 +69,15 @@ def benchmark_comparison(
         own = problem_grid(points.filter(pl.col("method") == method), "pass_at_1",
                            seeds[method], problems)  # fmt: skip
         pairs = [(base, np.tile(base_row, (len(seeds[method]), 1)))]
-        if method != reference and reference in seeds:
-            extra = sorted(set(seeds[method]) - set(seeds[reference]))
+        if method != baseline_method and baseline_method in seeds:
+            extra = sorted(set(seeds[method]) - set(seeds[baseline_method]))
             if extra:
                 raise ValueError(
-                    f"{benchmark}: {method} seeds {extra} have no {reference} run to pair with"
+                    f"{benchmark}: {method} seeds {extra} have no {baseline_method} run to pair "
+                    "with"
                 )
-            ref = points.filter(pl.col("method") == reference)
-            pairs.append((reference, problem_grid(ref, "pass_at_1", seeds[method], problems)))
+            ref = points.filter(pl.col("method") == baseline_method)
+            pairs.append((baseline_method, problem_grid(ref, "pass_at_1", seeds[method], problems)))
         for against, other in pairs:
             rows.append(
                 {

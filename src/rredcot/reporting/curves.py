@@ -216,25 +216,26 @@ def equal_compute_steps(
 def method_comparison(
     runs: Sequence[RunScores],
     base: pl.DataFrame,
-    reference: str = "grpo",
+    baseline_method: str = "grpo",
     n_resamples: int = 10_000,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """Every method minus `reference` and minus the base, paired over (seed, problem).
+    """Every method minus `baseline_method` (the reference) and minus the base, paired over
+    (seed, problem).
 
     Rows with `seed` "all" pool the seeds: the two-level bootstrap CI (`ci95_*`) and the t
     interval over the seeds' mean differences (`seed_t_ci95_*`, df = seeds − 1), each with its
     verdict; `verdict` is the more conservative of the two (`conservative_verdict`). Rows with
     one seed (bootstrap over problems) give each training seed's final difference from the
-    base and from `reference`, so "every seed" claims can be read off. Measures: `final`
+    base and from `baseline_method`, so "every seed" claims can be read off. Measures: `final`
     (and `auc`) at the method's last step when both runs are as long (`_equal_steps` when not:
     at the method's last step, which the reference also evaluated); `final_equal_seconds` and
     `final_equal_tokens` at equal cumulative compute (`equal_compute_steps`). Every row names
     both runs' steps and their cumulative seconds and forward tokens there (means over seeds),
     the comparison's minimum detectable effect at 80% power (`mde80`, from its seed SD) and
     its `endpoint`: `primary` for the pre-registered one, the area under the held-out curve
-    against `reference` over all seeds (far less noisy between seeds than the final score),
-    `secondary` for every other row. Each method is paired with `reference` on the method's
+    against `baseline_method` over all seeds (far less noisy between seeds than the final score),
+    `secondary` for every other row. Each method is paired with `baseline_method` on the method's
     own seeds, each against the reference's run of the same seed; the reference may have more
     seeds (e.g. five for the main claim, three for the rest), never fewer.
     """
@@ -251,13 +252,13 @@ def method_comparison(
     steps = {r.method: r.steps for r in runs}
     run_seeds = {m: sorted({r.seed for r in runs if r.method == m}) for m in steps}
     problems = sorted(base["problem_id"].unique().to_list())
-    if reference in run_seeds:
+    if baseline_method in run_seeds:
         for method, have in run_seeds.items():
-            extra = sorted(set(have) - set(run_seeds[reference]))
+            extra = sorted(set(have) - set(run_seeds[baseline_method]))
             if extra:
                 raise ValueError(
-                    f"method {method}: seeds {extra} have no {reference} run to pair with "
-                    f"({reference} has seeds {run_seeds[reference]})"
+                    f"method {method}: seeds {extra} have no {baseline_method} run to pair with "
+                    f"({baseline_method} has seeds {run_seeds[baseline_method]})"
                 )
     mean_compute = {
         (m, int(st)): (sec, tok)
@@ -295,7 +296,9 @@ def method_comparison(
                 "method": method,
                 "against": against,
                 "measure": measure,
-                "endpoint": "primary" if (measure, against) == ("auc", reference) else "secondary",
+                "endpoint": "primary"
+                if (measure, against) == ("auc", baseline_method)
+                else "secondary",
                 "seed": "all",
                 "method_score": float(a.mean()),
                 "against_score": float(b.mean()),
@@ -325,28 +328,31 @@ def method_comparison(
         auc = problem_grid(_auc(own, n_steps), "auc", seeds, problems)
         add(method, BASE, "final", final, base_grid, (n_steps, 0))
         add_per_seed(method, BASE, final, base_grid, (n_steps, 0))
-        if method == reference:
+        if method == baseline_method:
             continue
-        ref = points.filter(pl.col("method") == reference)
-        same_length = n_steps == steps[reference]
+        ref = points.filter(pl.col("method") == baseline_method)
+        same_length = n_steps == steps[baseline_method]
         suffix = "" if same_length else "_equal_steps"
-        if n_steps in evaluated[reference]:
+        if n_steps in evaluated[baseline_method]:
             ref_final = problem_grid(_at_step(ref, n_steps), "score", seeds, problems)
-            add(method, reference, f"final{suffix}", final, ref_final, (n_steps, n_steps))
-            add_per_seed(method, reference, final, ref_final, (n_steps, n_steps))
+            add(method, baseline_method, f"final{suffix}", final, ref_final, (n_steps, n_steps))
+            add_per_seed(method, baseline_method, final, ref_final, (n_steps, n_steps))
             ref_auc = problem_grid(_auc(ref, n_steps), "auc", seeds, problems)
-            add(method, reference, f"auc{suffix}", auc, ref_auc, (n_steps, n_steps))
+            add(method, baseline_method, f"auc{suffix}", auc, ref_auc, (n_steps, n_steps))
         for unit, column in (("seconds", 0), ("tokens", 1)):
             match = equal_compute_steps(
                 {st: mean_compute[(method, st)][column] for st in evaluated[method]},
-                {st: mean_compute[(reference, st)][column] for st in evaluated[reference]},
+                {
+                    st: mean_compute[(baseline_method, st)][column]
+                    for st in evaluated[baseline_method]
+                },
                 evaluated[method],
-                evaluated[reference],
+                evaluated[baseline_method],
                 COMPUTE[unit],
             )
             add(
                 method,
-                reference,
+                baseline_method,
                 f"final_equal_{unit}",
                 problem_grid(_at_step(own, match.method_step), "score", seeds, problems),
                 problem_grid(_at_step(ref, match.against_step), "score", seeds, problems),

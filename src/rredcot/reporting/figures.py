@@ -72,7 +72,7 @@ def _err(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
 
 
 def estimator_agreement_figure(
-    table: pl.DataFrame, path: str | Path, *, reference: str | None = None
+    table: pl.DataFrame, path: str | Path, *, baseline_estimator: str | None = None
 ) -> Path:
     """Spearman ρ with the MC ground truth (95% CI) against forward tokens per trace, one panel
     per target (values, credits) × aggregation (per trace, pooled).
@@ -135,11 +135,12 @@ def estimator_agreement_figure(
                     color=color,
                     marker=shapes[base],
                     markerfacecolor="white" if joint else color,
-                    markersize=9 if name == reference else 7,
-                    markeredgewidth=2.0 if name == reference else 1.0,
+                    markersize=9 if name == baseline_estimator else 7,
+                    markeredgewidth=2.0 if name == baseline_estimator else 1.0,
                     capsize=3,
                     linestyle="none",
-                    label=display_name(name) + (" (reference)" if name == reference else ""),
+                    label=display_name(name)
+                    + (" (reference)" if name == baseline_estimator else ""),
                 )
             for row in part.filter(pl.col("family") == "null").iter_rows(named=True):
                 ax.axhline(row["rho"], color="black", linestyle=":", label="null: knows only R")

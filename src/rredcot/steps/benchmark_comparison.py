@@ -23,7 +23,7 @@ def main() -> None:
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args()
     setup()
-    methods, reference, base = require(args.params, "methods", "reference", "base")
+    methods, baseline_method, base = require(args.params, "methods", "reference", "base")
     by_benchmark: dict[str, list[pl.DataFrame]] = {}
     for path in args.grades:
         by_benchmark.setdefault(path.parent.name, []).append(read_table(path))
@@ -32,7 +32,7 @@ def main() -> None:
             name,
             pl.concat(frames, how="vertical_relaxed"),
             methods,
-            reference=reference,
+            baseline_method=baseline_method,
             base=base,
             n_resamples=args.params.get("bootstrap_resamples", 10_000),
             seed=args.params.get("seed", 0),

@@ -25,14 +25,12 @@ from rredcot.steps.study_common import (
     with_reference_kind,
     write_table,
 )
-from rredcot.studies.agreement import (
-    agreement_with_resamples,
-    cost_match,
-    null_estimates,
-    preregistered_answer_now,
-)
+from rredcot.studies.agreement import agreement_with_resamples
+from rredcot.studies.cost_match import cost_match
 from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
+from rredcot.studies.null_estimator import null_estimates
+from rredcot.studies.preregistered import preregistered_answer_now
 
 # the agreement table's columns the log shows
 LOGGED = (
@@ -57,7 +55,7 @@ def main() -> None:
     setup()
     seed, resamples, rredcot = require(args.params, "seed", "bootstrap_resamples", "rredcot")
     config = RREDCoTConfig.from_dict(rredcot)
-    reference = rredcot_name(config.value, config.answer_now)
+    baseline_estimator = rredcot_name(config.value, config.answer_now)
     with Timer("estimator_agreement"):
         inputs = read_analysis_inputs(args)
         traces = inputs.traces
@@ -73,7 +71,7 @@ def main() -> None:
             estimates,
             gt,
             halves,
-            reference=reference,
+            baseline_estimator=baseline_estimator,
             resamples=resamples,
             seed=seed,
             step_up=step_up,
@@ -98,7 +96,7 @@ def main() -> None:
                 estimates.filter(keep),
                 gt.filter(keep),
                 tuple(h.filter(keep) for h in halves),
-                reference=reference,
+                baseline_estimator=baseline_estimator,
                 resamples=resamples,
                 seed=seed + i,
                 step_up=step_up,
@@ -109,7 +107,7 @@ def main() -> None:
             segmentation=pl.lit(f"{seg['strategy'][0]} K={seg['requested_segments'][0] or 'own'}"),
         )
         overall = table.filter(pl.col("traces") == "all")
-        matched = cost_match(overall, reference, samples)
+        matched = cost_match(overall, baseline_estimator, samples)
         write_table(table, args.out)
         write_table(matched, args.cost_match)
         rule = (
@@ -120,9 +118,9 @@ def main() -> None:
         args.answer_now.parent.mkdir(parents=True, exist_ok=True)
         args.answer_now.write_text(json.dumps(rule, indent=2) + "\n")
         estimator_agreement_figure(
-            figure_rows(overall, reference) if overall.height else overall,
+            figure_rows(overall, baseline_estimator) if overall.height else overall,
             args.figure,
-            reference=reference,
+            baseline_estimator=baseline_estimator,
         )
     log.info("wrote %s:\n%s", args.out, table.filter(pl.col("traces") == "all").select(LOGGED))
     log.info("wrote %s:\n%s", args.cost_match, matched)

@@ -56,12 +56,13 @@ def configured_reference_rows(estimates: pl.DataFrame) -> pl.DataFrame:
     return estimates.filter(kind.is_null() | (kind == "configured"))
 
 
-def figure_rows(table: pl.DataFrame, reference: str) -> pl.DataFrame:
+def figure_rows(table: pl.DataFrame, baseline_estimator: str) -> pl.DataFrame:
     """The rows a figure shows: every estimator on the configured reference, and the default
-    (`reference`) on each other reference kind (the tables hold every variant on every kind)."""
+    (`baseline_estimator`) on each other reference kind (the tables hold every variant on
+    every kind)."""
     from rredcot.studies.estimators import REFERENCE_COLUMNS
 
-    others = [f"{reference}_{kind}" for kind in REFERENCE_COLUMNS if kind != "configured"]
+    others = [f"{baseline_estimator}_{kind}" for kind in REFERENCE_COLUMNS if kind != "configured"]
     configured = configured_reference_rows(table)["estimator"].unique()
     return table.filter(pl.col("estimator").is_in(configured) | pl.col("estimator").is_in(others))
 

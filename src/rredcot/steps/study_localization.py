@@ -29,9 +29,9 @@ from rredcot.steps.study_common import (
     with_reference_kind,
     write_table,
 )
-from rredcot.studies.agreement import null_estimates
 from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.localization import localization_sets, localization_table, true_segments
+from rredcot.studies.null_estimator import null_estimates
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     setup()
     seed, resamples, rredcot = require(args.params, "seed", "bootstrap_resamples", "rredcot")
     config = RREDCoTConfig.from_dict(rredcot)
-    reference = rredcot_name(config.value, config.answer_now)
+    baseline_estimator = rredcot_name(config.value, config.answer_now)
     with Timer("error_localization"):
         traces, seg, estimates = load_estimates_with_ground_truth(args)
         null = null_estimates(traces, seg)
@@ -51,7 +51,7 @@ def main() -> None:
             truth,
             agreement_rows(traces, truth),
             estimates,
-            reference=reference,
+            baseline_estimator=baseline_estimator,
             overlap_subsets=overlap_subsets(traces),
         )
         tables = []
@@ -63,7 +63,7 @@ def main() -> None:
                 localization_table(
                     chosen_estimates,
                     rows,
-                    reference=reference,
+                    baseline_estimator=baseline_estimator,
                     resamples=resamples,
                     seed=seed + i,
                     trace_set=label,
@@ -74,7 +74,7 @@ def main() -> None:
             table = with_reference_kind(table)
         write_table(table, args.out)
         error_localization_figure(
-            figure_rows(table, reference) if table.height else table, args.figure
+            figure_rows(table, baseline_estimator) if table.height else table, args.figure
         )
     counts = dict(truth.group_by("true_segment").len().sort("true_segment").rows())
     log.info("incorrect traces per true segment (0-based): %s", counts)

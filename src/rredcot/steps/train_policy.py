@@ -11,7 +11,7 @@ second trainer on a run directory in use exits at once with status 1, naming the
 On GPUs it runs under `accelerate launch ... -m rredcot.steps.train_policy`
 (`rredcot.training.launch.accelerate_command`), one process per GPU, with `--dtype bfloat16`.
 
-The run record (`rredcot.training.run.run_record`) holds every argument but those in
+The run record (`rredcot.training.run_dir.run_record`) holds every argument but those in
 `NOT_IDENTITY`, the inputs by content: a run resumes only what it would itself have written.
 """
 
@@ -27,14 +27,10 @@ from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.curves import CurveSettings
-from rredcot.training.run import (
-    RETRY_EXIT_CODE,
-    RunOptions,
-    TrainingInterrupted,
-    TrainingSettings,
-    job_record,
-    train_policy,
-)
+from rredcot.training.run import train_policy
+from rredcot.training.run_dir import job_record
+from rredcot.training.settings import RunOptions, TrainingSettings
+from rredcot.training.stopping import RETRY_EXIT_CODE, TrainingInterrupted
 
 INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
 """Path arguments the run record holds by content (`fingerprint`)."""

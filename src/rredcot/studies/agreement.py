@@ -20,6 +20,10 @@ METHOD.md §5 asks for statistics that mean what they say; this module implement
   Spearman–Brown to the full N, is the reliability of the ground truth; √reliability is the
   ceiling no estimator can beat in expectation, and ρ/√reliability the disattenuated agreement.
   The step-up treats the mean per-trace ρ like a correlation; said in docs/statistics.md.
+
+Read off the table beside it: the cost at equal agreement (`rredcot.studies.cost_match`) and the
+pre-registered answer-now rule (`rredcot.studies.preregistered`); the null row's estimates are
+built by `rredcot.studies.null_estimator`.
 """
 
 from __future__ import annotations
@@ -52,7 +56,6 @@ EXCLUSIONS: tuple[str, ...] = (
     "flat_ground_truth",
     "missing_estimate",
 )
-NULL = "null_R_only"  # estimator name of the null row
 
 Vectors = dict[int, np.ndarray]  # trace_index -> one trace's vector of a target
 
@@ -119,38 +122,6 @@ class _Pooled:
         return np.array([rank_correlation(x[r], y[r]) for r in rows])
 
 
-def null_estimates(traces: pl.DataFrame, segmentation: pl.DataFrame) -> pl.DataFrame:
-    """The null row (METHOD.md §5): an estimator that knows only R. Its potential is R of the
-    trace at every state (constant within a trace, different between traces), so what R alone
-    explains is visible: its values order no state within a trace but rank traces by outcome
-    (pooled), and its credits σ_k = Φ_k − Φ_{k−1} with the terminal correction σ_K += R − Φ_K
-    are all 0 (a flat σ: it locates nothing, like a random guess)."""
-    reward = dict(traces.select("trace_index", "reward").iter_rows())
-    rows = []
-    for t, k in segmentation.select("trace_index", "num_segments").iter_rows():
-        r = float(reward[t])
-        potentials = np.full(k + 1, r)  # Φ_0 … Φ_K
-        sigma = np.diff(potentials)
-        sigma[-1] += r - potentials[-1]
-        rows.append(
-            {
-                "trace_index": t,
-                "estimator": NULL,
-                "family": "null",
-                "n_rollouts": None,
-                "sigma": sigma.tolist(),
-                "values": potentials[:k].tolist(),
-                "forward_tokens": 0,
-                "backward_tokens": 0,
-                "seconds": 0.0,
-                "cost_basis": "nothing run",
-            }
-        )
-    from rredcot.studies.estimators import ESTIMATE_SCHEMA
-
-    return pl.DataFrame(rows, schema=ESTIMATE_SCHEMA)
-
-
 def _basis(estimates: pl.DataFrame, name: str) -> str | None:
     if "cost_basis" not in estimates.columns:
         return None
@@ -180,20 +151,22 @@ def agreement_with_resamples(
     truth: pl.DataFrame,
     halves: tuple[pl.DataFrame, pl.DataFrame],
     *,
-    reference: str,
+    baseline_estimator: str,
     resamples: int,
     seed: int,
     step_up: float,
     statistic: str = "spearman",
 ) -> tuple[pl.DataFrame, Resamples]:
     """One row per (target, aggregation, estimator), every estimator on the target's common set,
-    and every estimator's statistic on the shared bootstrap resamples (for `cost_match`).
+    and every estimator's statistic on the shared bootstrap resamples (for
+    `rredcot.studies.cost_match`).
 
     estimates: the long table of `rredcot.studies.estimators` (sigma, values, costs per trace);
     truth: trace_index, sigma, values of the ground truth (full N); halves: the same from the
     first and the second half of its rollouts; step_up: n_total / n_half of those rollouts
     (`split_half_factor`); statistic: the per-trace statistic (`STATISTICS`; pooled is always
-    Spearman). reference: the estimator the paired differences are taken against. Columns:
+    Spearman). baseline_estimator: the estimator the paired differences are taken against (the
+    table calls it the reference). Columns:
     target, aggregation, statistic, estimator, family, n_rollouts, rho, ci95_low, ci95_high,
     ci_dropped_share, diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
     disattenuated, reliability, step_up, ceiling, ceiling_ci95_low, ceiling_ci95_high,
@@ -206,8 +179,10 @@ def agreement_with_resamples(
         raise ValueError(f"statistic: expected one of {sorted(STATISTICS)}, got {statistic!r}")
     per_trace_stat = STATISTICS[statistic]
     names = estimates["estimator"].unique(maintain_order=True).to_list()
-    if reference not in names:
-        raise ValueError(f"reference: {reference!r} is not an estimator; have {names}")
+    if baseline_estimator not in names:
+        raise ValueError(
+            f"baseline_estimator: {baseline_estimator!r} is not an estimator; have {names}"
+        )
     out = []
     all_samples: Resamples = {}
     for target_index, target in enumerate(TARGETS):
@@ -265,8 +240,8 @@ def agreement_with_resamples(
             ceil_ci = percentile_ci(
                 np.array([ceiling(spearman_brown(h, step_up)) for h in half_samples])
             )
-            has_ref = reference in scored  # the reference may not have this target
-            ref_samples = st["samples"].get(reference)
+            has_ref = baseline_estimator in scored  # the baseline may lack this target
+            ref_samples = st["samples"].get(baseline_estimator)
             for name in scored:
                 family, n_rollouts = (
                     estimates.filter(pl.col("estimator") == name)
@@ -275,7 +250,7 @@ def agreement_with_resamples(
                 )
                 ci = percentile_ci(st["samples"][name])
                 if has_ref:
-                    diff = st["point"][name] - st["point"][reference]
+                    diff = st["point"][name] - st["point"][baseline_estimator]
                     d_ci = percentile_ci(st["samples"][name] - ref_samples)
                     d_low, d_high = d_ci.low, d_ci.high
                 else:
@@ -298,7 +273,7 @@ def agreement_with_resamples(
                         "diff_ci95_high": d_high,
                         "verdict": (
                             "reference"
-                            if name == reference
+                            if name == baseline_estimator
                             else verdict(d_low, d_high)
                             if has_ref
                             else "no reference"
@@ -350,165 +325,6 @@ def _or_nan(vecs: Vectors, t: int, like: np.ndarray) -> np.ndarray:
     return v if v is not None else np.full(like.shape, np.nan)
 
 
-def crossing(n: np.ndarray, rho: np.ndarray, target: float) -> tuple[float, str]:
-    """The N where MC's agreement curve (ρ at the measured N, linear in log₂ N between them)
-    first reaches `target`: (N, "") inside the measured range, (n[0], "matched at the
-    smallest N") when the smallest N already reaches it (an upper bound), (inf, "beyond the
-    largest N") when none does; NaN when target or the curve is not finite."""
-    if not np.isfinite(target) or not np.isfinite(rho).all():
-        return float("nan"), "not finite"
-    if rho[0] >= target:
-        return float(n[0]), "matched at the smallest N"
-    x = np.log2(n)
-    for i in range(len(n) - 1):
-        if rho[i] < target <= rho[i + 1]:
-            frac = (target - rho[i]) / (rho[i + 1] - rho[i])
-            return float(2 ** (x[i] + frac * (x[i + 1] - x[i]))), ""
-    return float("inf"), "beyond the largest N"
-
-
-def cost_at(n_equal: float, n: np.ndarray, cost: np.ndarray) -> float:
-    """MC's cost at N = n_equal, linear in N between the measured N (a rollout costs the same
-    whichever N it belongs to, so tokens and seconds grow linearly in N); NaN outside them."""
-    if not np.isfinite(n_equal) or n_equal < n[0] or n_equal > n[-1]:
-        return float("nan")
-    return float(np.interp(n_equal, n, cost))
-
-
-def _order_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval by order statistics (no interpolation, so ±inf entries, meaning
-    'beyond the measured N', are allowed); NaN entries are left out."""
-    x = np.sort(values[~np.isnan(values)])
-    if x.size == 0:
-        return float("nan"), float("nan")
-    tail = (1 - level) / 2
-    low = x[int(np.floor(tail * (x.size - 1)))]
-    high = x[int(np.ceil((1 - tail) * (x.size - 1)))]
-    return float(low), float(high)
-
-
-def cost_match(
-    table: pl.DataFrame, reference: str, resamples: Resamples | None = None
-) -> pl.DataFrame:
-    """Per (target, aggregation): the MC N whose agreement equals the reference's, what MC costs
-    there relative to the reference, and a CI for both from the shared bootstrap resamples.
-
-    n_equal: where the MC curve (ρ against log₂ N, `crossing`) reaches the reference's ρ
-    (`inf` when no measured N does, `note` says so); n_equal_ci95_low/high: the same crossing
-    on every bootstrap resample of `agreement_with_resamples` (reference and MC on the same
-    traces), by order statistics (`inf`: beyond the largest N); share_beyond_max_n / share_at_min_n:
-    the resamples where no measured N reaches the reference / the smallest already does (its N
-    is then an upper bound). token_ratio / seconds_ratio (with CIs from the same resamples):
-    MC's forward tokens / seconds per trace at n_equal, linear in N between the measured N
-    (`cost_at`), over the reference's; NaN where n_equal lies outside the measured N.
-    mc_better_from_n / mc_worse_up_to_n: the smallest N whose paired CI says MC is better than
-    the reference, and the largest N whose CI says it is worse (NaN when none).
-    """
-    rows = []
-    for (target, aggregation), part in table.group_by(
-        ["target", "aggregation"], maintain_order=True
-    ):
-        ref = part.filter(pl.col("estimator") == reference)
-        mc = part.filter(pl.col("family") == "mc").sort("n_rollouts")
-        if ref.height == 0 or mc.height == 0:
-            continue
-        r = ref.row(0, named=True)
-        n = mc["n_rollouts"].to_numpy().astype(float)
-        tokens = mc["forward_tokens_per_trace"].cast(pl.Float64).to_numpy()
-        seconds = mc["seconds_per_trace"].cast(pl.Float64).to_numpy()
-        n_equal, note = crossing(n, mc["rho"].to_numpy(), r["rho"])
-        row: dict[str, Any] = {
-            "target": target,
-            "aggregation": aggregation,
-            "reference": reference,
-            "reference_rho": r["rho"],
-            "n_equal": n_equal,
-            "n_equal_ci95_low": float("nan"),
-            "n_equal_ci95_high": float("nan"),
-            "share_beyond_max_n": float("nan"),
-            "share_at_min_n": float("nan"),
-            "token_ratio": cost_at(n_equal, n, tokens) / r["forward_tokens_per_trace"],
-            "token_ratio_ci95_low": float("nan"),
-            "token_ratio_ci95_high": float("nan"),
-            "seconds_ratio": cost_at(n_equal, n, seconds) / r["seconds_per_trace"],
-            "seconds_ratio_ci95_low": float("nan"),
-            "seconds_ratio_ci95_high": float("nan"),
-            "mc_better_from_n": _n_where(mc, "better", min),
-            "mc_worse_up_to_n": _n_where(mc, "worse", max),
-            "note": note,
-        }
-        samples = (resamples or {}).get((target, aggregation))
-        if samples is not None:
-            names = mc["estimator"].to_list()
-            curves = np.stack([samples[m] for m in names], axis=1)  # (R, N)
-            found = [crossing(n, c, t) for c, t in zip(curves, samples[reference], strict=True)]
-            n_b = np.array([f[0] for f in found])
-            row["n_equal_ci95_low"], row["n_equal_ci95_high"] = _order_ci(n_b)
-            row["share_beyond_max_n"] = float(np.mean(np.isinf(n_b)))
-            row["share_at_min_n"] = float(np.mean(n_b == n[0]))
-            for cost, ref_cost, key in (
-                (tokens, r["forward_tokens_per_trace"], "token_ratio"),
-                (seconds, r["seconds_per_trace"], "seconds_ratio"),
-            ):
-                ratio = np.array([cost_at(x, n, cost) for x in n_b]) / ref_cost
-                ratio[np.isinf(n_b)] = np.inf  # beyond the largest N: more than it costs
-                row[f"{key}_ci95_low"], row[f"{key}_ci95_high"] = _order_ci(ratio)
-        rows.append(row)
-    return pl.DataFrame(rows, infer_schema_length=None)
-
-
-def _n_where(mc: pl.DataFrame, verdict_: str, pick: Callable[..., Any]) -> float:
-    picked = mc.filter(pl.col("verdict") == verdict_)["n_rollouts"].to_list()
-    return float(pick(picked)) if picked else float("nan")
-
-
-def preregistered_answer_now(table: pl.DataFrame, value: str) -> dict[str, Any]:
-    """The answer-now form the pre-registered rule picks (docs/testbed.md, config.yaml): the one
-    with the higher per-trace credit agreement with the MC ground truth, RREDCoT's `value`
-    variant on the configured (dataset) references over all agreement traces, when the paired
-    95% CI of joint − conditional excludes zero; otherwise `conditional`. Decided before any RL
-    run, never by RL.
-
-    table: `results/estimator_agreement.csv` (one of the two forms is its reference, the other
-    carries the paired difference). Returns the choice and the figures it used.
-    """
-    names = {"conditional": f"rredcot_{value}", "joint": f"rredcot_{value}_joint"}
-    part = table.filter(
-        (pl.col("target") == "credits")
-        & (pl.col("aggregation") == "per_trace")
-        & pl.col("estimator").is_in(list(names.values()))
-    )
-    if "traces" in part.columns:
-        part = part.filter(pl.col("traces") == "all")
-    rows = {r["estimator"]: r for r in part.iter_rows(named=True)}
-    missing = [n for n in names.values() if n not in rows]
-    if missing:
-        raise ValueError(f"agreement table: no per-trace credit row for {missing}")
-    joint, conditional = rows[names["joint"]], rows[names["conditional"]]
-    if joint["verdict"] == "reference":  # the difference is stored as conditional − joint
-        low, high = -conditional["diff_ci95_high"], -conditional["diff_ci95_low"]
-        diff = -conditional["diff_vs_reference"]
-    elif conditional["verdict"] == "reference":
-        low, high, diff = (
-            joint["diff_ci95_low"],
-            joint["diff_ci95_high"],
-            joint["diff_vs_reference"],
-        )
-    else:
-        raise ValueError(f"agreement table: neither {list(names.values())} is the reference row")
-    choice = "joint" if low > 0 else "conditional"
-    return {
-        "choice": choice,
-        "rho_conditional": conditional["rho"],
-        "rho_joint": joint["rho"],
-        "diff_joint_minus_conditional": diff,
-        "diff_ci95_low": low,
-        "diff_ci95_high": high,
-        "n_traces": joint["n_traces"],
-        "rule": "joint if the paired 95% CI of joint - conditional is above 0, else conditional",
-    }
-
-
 def correlation_matrix(estimates: pl.DataFrame, order: Sequence[str] | None = None) -> pl.DataFrame:
     """Mean over the common traces of ρ(σ_a, σ_b) (flat = 0) for every pair of estimators.
 
@@ -549,14 +365,12 @@ def correlation_matrix(estimates: pl.DataFrame, order: Sequence[str] | None = No
 __all__ = [
     "AGGREGATIONS",
     "EXCLUSIONS",
-    "NULL",
     "TARGETS",
     "CommonSet",
+    "Resamples",
     "agreement_table",
+    "agreement_with_resamples",
     "common_set",
     "correlation_matrix",
-    "cost_match",
-    "null_estimates",
-    "preregistered_answer_now",
     "vectors",
 ]

@@ -71,14 +71,16 @@ key on the trace's own path, and the sampled-first reference."""
 
 
 def rredcot_name(
-    variant: str, answer_now: str = "conditional", reference: str = "configured"
+    variant: str, answer_now: str = "conditional", reference_source: str = "configured"
 ) -> str:
     """`rredcot_{variant}`, `_joint` for the joint answer-now, `_own_path` / `_sampled` for a
-    reference of that kind (none for the configured one)."""
-    if reference not in REFERENCE_COLUMNS:
-        raise ValueError(f"reference: expected one of {list(REFERENCE_COLUMNS)}, got {reference!r}")
+    reference of that kind (`reference_source`; none for the configured one)."""
+    if reference_source not in REFERENCE_COLUMNS:
+        raise ValueError(
+            f"reference_source: expected one of {list(REFERENCE_COLUMNS)}, got {reference_source!r}"
+        )
     name = f"rredcot_{variant}" + ("_joint" if answer_now == "joint" else "")
-    return name + ("" if reference == "configured" else f"_{reference}")
+    return name + ("" if reference_source == "configured" else f"_{reference_source}")
 
 
 def reference_kind(estimator: str) -> str | None:
@@ -174,11 +176,14 @@ def reference_path(task: Any, reference: str | None, answer: str) -> Any:
 
 
 def rredcot_configs(
-    config: Any, variants: Sequence[str], answer_now: Sequence[str], reference: str = "configured"
+    config: Any,
+    variants: Sequence[str],
+    answer_now: Sequence[str],
+    reference_source: str = "configured",
 ) -> dict[str, Any]:
     """estimator name -> `config` with each value variant × answer-now (`rredcot_name`)."""
     return {
-        rredcot_name(v, a, reference): replace(config, value=v, answer_now=a)
+        rredcot_name(v, a, reference_source): replace(config, value=v, answer_now=a)
         for a in answer_now
         for v in variants
     }
@@ -204,7 +209,8 @@ def rredcot_estimates(
     in `cost_basis`). The reference is read from `reference_column`; traces without one get
     no row.
     """
-    from rredcot.credit.rredcot import Trace, rredcot_credit_batch, rredcot_variants_batch
+    from rredcot.credit.rredcot import rredcot_credit_batch, rredcot_variants_batch
+    from rredcot.credit.traces import Trace
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     items = []
@@ -274,7 +280,7 @@ def attribution_estimates(
 ) -> pl.DataFrame:
     """σ of each attribution in `names` (keys of `ATTRIBUTIONS`), one call per trace."""
     from rredcot.credit.attribution import AttributionTrace, attribute
-    from rredcot.credit.rredcot import thinking_states
+    from rredcot.credit.rredcot_queries import thinking_states
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     rows: list[dict[str, Any]] = []

@@ -70,7 +70,7 @@ def localization_table(
     estimates: pl.DataFrame,
     truth: pl.DataFrame,
     *,
-    reference: str,
+    baseline_estimator: str,
     resamples: int,
     seed: int,
     trace_set: str = "all",
@@ -81,15 +81,17 @@ def localization_table(
     use. The common set: the traces of `truth` where every estimator has a finite σ of the
     trace's K (an unusable σ leaves the trace out for all, counted in `excluded_unusable`).
     One bootstrap draw of traces serves every row, so `top1_diff_vs_reference` (the paired
-    difference of top-1 from `reference`) has a paired CI and a verdict. Columns: trace_set,
-    estimator, family, top1, top1_ci95_low, top1_ci95_high, within_one, within_one_ci95_low,
-    within_one_ci95_high, top1_diff_vs_reference, diff_ci95_low, diff_ci95_high, verdict,
-    ci_dropped_share (resamples without a finite value, the largest of the three CIs'),
-    n_traces, excluded_unusable, mean_num_segments.
+    difference of top-1 from `baseline_estimator`) has a paired CI and a verdict. Columns:
+    trace_set, estimator, family, top1, top1_ci95_low, top1_ci95_high, within_one,
+    within_one_ci95_low, within_one_ci95_high, top1_diff_vs_reference, diff_ci95_low,
+    diff_ci95_high, verdict, ci_dropped_share (resamples without a finite value, the largest
+    of the three CIs'), n_traces, excluded_unusable, mean_num_segments.
     """
     names = estimates["estimator"].unique(maintain_order=True).to_list()
-    if reference not in names:
-        raise ValueError(f"reference: {reference!r} is not an estimator; have {names}")
+    if baseline_estimator not in names:
+        raise ValueError(
+            f"baseline_estimator: {baseline_estimator!r} is not an estimator; have {names}"
+        )
     target = dict(truth.select("trace_index", "true_segment").iter_rows())
     k_of = dict(truth.select("trace_index", "num_segments").iter_rows())
     sig = {
@@ -119,7 +121,7 @@ def localization_table(
         RANDOM: np.array([random_localization(k_of[t], target[t]) for t in traces]),
         **{n: np.array([localization_hits(sig[n][t], target[t]) for t in traces]) for n in names},
     }
-    ref_top1 = hits[reference][:, 0]
+    ref_top1 = hits[baseline_estimator][:, 0]
     out = []
     for name, h in hits.items():
         top1, near = h[:, 0], h[:, 1]
@@ -139,7 +141,7 @@ def localization_table(
                 "top1_diff_vs_reference": float((top1 - ref_top1).mean()),
                 "diff_ci95_low": d_low,
                 "diff_ci95_high": d_high,
-                "verdict": "reference" if name == reference else verdict(d_low, d_high),
+                "verdict": "reference" if name == baseline_estimator else verdict(d_low, d_high),
                 "ci_dropped_share": max(ci.dropped_share for ci in cis),
                 "n_traces": len(traces),
                 "excluded_unusable": excluded,
@@ -154,7 +156,7 @@ def localization_sets(
     agreement_truth: pl.DataFrame,
     estimates: pl.DataFrame,
     *,
-    reference: str,
+    baseline_estimator: str,
     overlap_subsets: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, tuple[pl.DataFrame, pl.DataFrame]]:
     """The trace sets of the localization table: label -> (true segments, estimates).
@@ -173,7 +175,9 @@ def localization_sets(
         ),
         "agreement_incorrect": (
             agreement_truth,
-            estimates.filter(family.is_in(["mc", "ground_truth", "null"]) | (name == reference)),
+            estimates.filter(
+                family.is_in(["mc", "ground_truth", "null"]) | (name == baseline_estimator)
+            ),
         ),
     }
     for label, chosen in (overlap_subsets or {}).items():

@@ -61,7 +61,7 @@ def sweep_table(
             est,
             gt,
             cell_halves,
-            reference=estimator,
+            baseline_estimator=estimator,
             resamples=resamples,
             seed=seed + i,
             step_up=step_up,
@@ -84,7 +84,9 @@ def sweep_table(
         )
         truth = true_segments(traces, seg)
         local = (
-            localization_table(both, truth, reference=estimator, resamples=resamples, seed=seed + i)
+            localization_table(
+                both, truth, baseline_estimator=estimator, resamples=resamples, seed=seed + i
+            )
             if truth.height
             else pl.DataFrame()
         )

@@ -11,16 +11,12 @@
 from __future__ import annotations
 
 from rredcot.training.methods import METHODS, Method, MethodOutput, RolloutBatch, build_method
-from rredcot.training.run import (
-    CSV_COLUMNS,
-    TrainingSettings,
-    build_trainer,
-    grpo_config,
-    resume_point,
-    train_policy,
-    training_rows,
-)
+from rredcot.training.metrics import CSV_COLUMNS
+from rredcot.training.run import build_trainer, train_policy, training_rows
+from rredcot.training.run_dir import resume_point
+from rredcot.training.settings import TrainingSettings
 from rredcot.training.trainer import CreditGRPOTrainer, NonFiniteLossError, correctness_reward
+from rredcot.training.trl_config import grpo_config
 
 __all__ = [
     "CSV_COLUMNS",

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
+
+from rredcot.config import check_known_keys
 
 ADAPTER_DIR = "adapter"
 """Subdirectory of `final/` with the trained adapter (adapter_config.json and weights)."""
@@ -61,10 +63,7 @@ class LoraSettings:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> LoraSettings:
         """From the `training.lora` mapping; unknown or missing keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown training.lora key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("training.lora", cls, mapping)
         missing = [k for k in ("r", "alpha") if k not in mapping]
         if missing:
             raise ValueError(f"training.lora: missing {missing} (e.g. {{r: 64, alpha: 64}})")

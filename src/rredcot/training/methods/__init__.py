@@ -30,7 +30,6 @@ from rredcot.training.methods.base import (
     RolloutBatch,
     SegmentCredit,
     SegmentCreditMethod,
-    SegmentedCompletion,
     segment_completions,
 )
 from rredcot.training.methods.resets import ResetConfig
@@ -78,7 +77,6 @@ __all__ = [
     "RolloutBatch",
     "SegmentCredit",
     "SegmentCreditMethod",
-    "SegmentedCompletion",
     "build_method",
     "segment_completions",
 ]

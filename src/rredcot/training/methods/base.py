@@ -34,6 +34,7 @@ import torch
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot_config import RREDCoTConfig
+from rredcot.credit.traces import SegmentedTrace
 from rredcot.generation.base import GenerationBackend
 from rredcot.scoring import token_logprobs
 from rredcot.scoring.packed import GenerationCache
@@ -186,31 +187,12 @@ class SegmentCreditMethod(TaskMethod):
 # --------------------------------------------------------------------------- shared credit step
 
 
-@dataclass(frozen=True)
-class SegmentedCompletion:
-    """One completion cut into segments: the trace (x, τ) the credit estimators take.
-
-    response_ids: the completion without its closing EOS (just the EOS when nothing else was
-    generated, so that every trace has K ≥ 1); boundaries: 0 = b_0 < … < b_K = len(response_ids).
-    Tokens after b_K (the EOS) belong to the last segment (`expand_segments`).
-    """
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    boundaries: list[int]
-
-
 def strip_eos(completion: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
     """τ: the completion without a closing EOS, unless the EOS is all there is."""
     ids = list(completion)
     if len(ids) > 1 and ids[-1] in eos_ids:
         return ids[:-1]
     return ids
-
-
-def needs_scores(config: SegmentationConfig) -> bool:
-    """Does the segmentation strategy read token entropies or log-probs?"""
-    return config.strategy in ("hybrid", "entropy_topq", "low_prob_cutpoints")
 
 
 @torch.no_grad()
@@ -241,7 +223,7 @@ def segment_completions(
     eos_ids: Sequence[int],
     *,
     scores: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
-) -> tuple[list[SegmentedCompletion], int]:
+) -> tuple[list[SegmentedTrace], int]:
     """Cut every completion of `batch` with the configured segmentation (METHOD.md §2).
 
     Entropies and log-probs come from one batched teacher-forced pass under the current policy,
@@ -249,7 +231,7 @@ def segment_completions(
     per row, (log π(τ_t | x ⊕ τ_<t), H_t) of the completion without its closing EOS (RREDCoT
     reads them off its scorer's encoding pass). Returns the traces and the forward tokens spent.
     """
-    needed = needs_scores(config)
+    needed = config.reads_token_scores
     if scores is not None and len(scores) != len(batch):
         raise ValueError(f"scores: expected one (logprobs, entropies) per row ({len(batch)})")
     logprobs, entropies, tokens = (
@@ -276,10 +258,10 @@ def segment_completions(
             h = entropies[i, :n].double().numpy()
             lp = logprobs[i, :n].double().numpy()
         boundaries = segment(texts, h, lp, config) if n else [0]
-        out.append(SegmentedCompletion(batch.prompt(i), response, [int(b) for b in boundaries]))
+        out.append(SegmentedTrace(batch.prompt(i), response, [int(b) for b in boundaries]))
     return out, tokens
 
 
-def mean_segments(traces: Sequence[SegmentedCompletion]) -> float:
+def mean_segments(traces: Sequence[SegmentedTrace]) -> float:
     """Mean K over the traces (a logged metric)."""
     return float(np.mean([len(t.boundaries) - 1 for t in traces])) if traces else 0.0

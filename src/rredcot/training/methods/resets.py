@@ -40,13 +40,14 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from rredcot.config import check_known_keys
 from rredcot.credit.advantages import per_group_advantages
 from rredcot.scoring import response_entropies
 from rredcot.segmentation import SegmentationConfig, segment
@@ -56,7 +57,6 @@ from rredcot.training.methods.base import (
     MethodSettings,
     RolloutBatch,
     TaskMethod,
-    needs_scores,
 )
 
 
@@ -95,10 +95,7 @@ class ResetConfig:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> ResetConfig:
         """Build from a config mapping; unknown keys are errors."""
-        allowed = [f.name for f in fields(cls)]
-        unknown = sorted(set(mapping) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown resets key(s) {unknown}; allowed: {allowed}")
+        check_known_keys("resets", cls, mapping)
         return cls(**mapping)
 
 
@@ -342,7 +339,7 @@ class ResetMethod(TaskMethod):
         response = self.response_of(chain.completion_ids)
         texts = [self.tokenizer.decode([t], skip_special_tokens=False) for t in response]
         h = lp = None
-        if needs_scores(self.segmentation):
+        if self.segmentation.reads_token_scores:
             lp_t, h_t = response_entropies(policy, x, response)  # (T,) each
             h, lp = h_t.double().cpu().numpy(), lp_t.double().cpu().numpy()
         b = [int(v) for v in segment(texts, h, lp, self.segmentation)]
@@ -406,7 +403,7 @@ class ResetMethod(TaskMethod):
             ]
         finally:
             policy.train(was_training)
-        if needs_scores(self.segmentation):
+        if self.segmentation.reads_token_scores:
             cost += sum(len(q.prompt_ids) + len(q.response_ids) for q in parents)
         choices = self.reset_steps(ctx, parents) if parents else []
         if len(choices) != len(parents):

@@ -22,7 +22,8 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.redistribution import terminal_credit
-from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
+from rredcot.credit.traces import Trace
 from rredcot.references import reference_reasoning
 from rredcot.scoring.chunks import encode_within_budget
 from rredcot.scoring.packed import encoding_from_generation
@@ -33,7 +34,6 @@ from rredcot.training.methods.base import (
     SegmentCredit,
     SegmentCreditMethod,
     mean_segments,
-    needs_scores,
     segment_completions,
     strip_eos,
 )
@@ -75,13 +75,14 @@ class RREDCoTMethod(SegmentCreditMethod):
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     estimator: RREDCoTConfig = field(default_factory=RREDCoTConfig)
     credit: CreditConfig = field(default_factory=CreditConfig)
-    reference: str = "configured"
-    """`configured`: the row's reference; `own_path`: the answer key on each response's own
-    path (`rredcot.data.synthetic.own_path_solution`; the row needs `program`), an oracle."""
+    reference_source: str = "configured"
+    """Where U* comes from (config key `training.reference`): `configured`, the row's
+    reference; `own_path`, the answer key on each response's own path
+    (`rredcot.data.synthetic.own_path_solution`; the row needs `program`), an oracle."""
     _references: dict[str, ReferencePath] = field(default_factory=dict, repr=False)
 
     def _reference(self, row: Mapping[str, Any], response_ids: Sequence[int]) -> ReferencePath:
-        if self.reference == "own_path":
+        if self.reference_source == "own_path":
             from rredcot.data.synthetic import own_path_solution
 
             text = self.tokenizer.decode(list(response_ids), skip_special_tokens=True)
@@ -102,7 +103,7 @@ class RREDCoTMethod(SegmentCreditMethod):
             settings.segmentation,
             settings.rredcot,
             settings.credit,
-            reference=settings.reference,
+            reference_source=settings.reference,
         )
 
     def segment_credit(self, batch: RolloutBatch, policy: torch.nn.Module) -> SegmentCredit:
@@ -132,7 +133,7 @@ class RREDCoTMethod(SegmentCreditMethod):
                 max_tokens_per_pass=self.estimator.max_tokens_per_pass,
                 max_resident_tokens=self.estimator.max_resident_tokens,
             )
-        scores = encoded.token_scores(policy) if needs_scores(self.segmentation) else None
+        scores = encoded.token_scores(policy) if self.segmentation.reads_token_scores else None
         segs, _ = segment_completions(
             policy,
             self.tokenizer,

@@ -36,7 +36,7 @@ from rredcot.credit.rredcot import (
 )
 from rredcot.scoring.logprobs import sequence_logprob_naive
 from rredcot.steps.study_common import load_policy
-from rredcot.studies.agreement import matching_mc_n
+from rredcot.studies.cost_match import crossing
 from rredcot.studies.estimators import reference_path
 from rredcot.studies.segmentations import MAIN
 from rredcot.tasks import get_task
@@ -169,7 +169,9 @@ def main() -> None:
             f"tokens/trace  {r['seconds_per_trace']:.4f} s/trace"
         )
     for column in ("spearman_mean", "spearman_mean_flat_as_zero"):
-        n_match = matching_mc_n(table, row[column], column)
+        n_match, _ = crossing(
+            mc["n_rollouts"].to_numpy().astype(float), mc[column].to_numpy(), row[column]
+        )
         print(f"  by {column}:")
         for cost, unit in (("forward_tokens_per_trace", "tokens"), ("seconds_per_trace", "s")):
             ours = row[cost]

@@ -6,21 +6,58 @@
 
 `rredcot.training.methods` holds one short file per method (grpo, rredcot, mc);
 `rredcot.credit.advantages` the pure credit → advantage functions they share.
+
+The names below load on first use (PEP 562): the Snakefile imports the light submodules
+(`launch`, `curve_settings`) while it builds the DAG, and importing torch, transformers and TRL
+with them would cost every `snakemake` invocation, a dry run included, about 6 CPU seconds.
 """
 
 from __future__ import annotations
 
-from rredcot.training.methods import METHODS, Method, MethodOutput, RolloutBatch, build_method
-from rredcot.training.run import (
-    CSV_COLUMNS,
-    TrainingSettings,
-    build_trainer,
-    grpo_config,
-    resume_point,
-    train_policy,
-    training_rows,
-)
-from rredcot.training.trainer import CreditGRPOTrainer, NonFiniteLossError, correctness_reward
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rredcot.training.methods import (
+        METHODS,
+        Method,
+        MethodOutput,
+        RolloutBatch,
+        build_method,
+    )
+    from rredcot.training.run import (
+        CSV_COLUMNS,
+        TrainingSettings,
+        build_trainer,
+        grpo_config,
+        resume_point,
+        train_policy,
+        training_rows,
+    )
+    from rredcot.training.trainer import (
+        CreditGRPOTrainer,
+        NonFiniteLossError,
+        correctness_reward,
+    )
+
+_HOME = {
+    "METHODS": "methods",
+    "Method": "methods",
+    "MethodOutput": "methods",
+    "RolloutBatch": "methods",
+    "build_method": "methods",
+    "CSV_COLUMNS": "run",
+    "TrainingSettings": "run",
+    "build_trainer": "run",
+    "grpo_config": "run",
+    "resume_point": "run",
+    "train_policy": "run",
+    "training_rows": "run",
+    "CreditGRPOTrainer": "trainer",
+    "NonFiniteLossError": "trainer",
+    "correctness_reward": "trainer",
+}
+"""Each exported name and the submodule that defines it."""
 
 __all__ = [
     "CSV_COLUMNS",
@@ -39,3 +76,16 @@ __all__ = [
     "train_policy",
     "training_rows",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

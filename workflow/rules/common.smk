@@ -452,7 +452,7 @@ def curve_settings() -> dict:
     """`CurveSettings` of the runs: `training.curve.every` + the split's evaluation protocol."""
     from dataclasses import asdict
 
-    from rredcot.training.curves import CurveSettings
+    from rredcot.training.curve_settings import CurveSettings
 
     curve = CurveSettings.from_evaluation(
         config["evaluation"],

@@ -6,17 +6,54 @@
 
 `rredcot.training.methods` holds one short file per method (grpo, rredcot, mc);
 `rredcot.credit.advantages` the pure credit → advantage functions they share.
+
+The names below load on first use (PEP 562): the Snakefile imports the light submodules
+(`launch`, `curve_settings`) while it builds the DAG, and importing torch, transformers and TRL
+with them would cost every `snakemake` invocation, a dry run included, about 6 CPU seconds.
 """
 
 from __future__ import annotations
 
-from rredcot.training.methods import METHODS, Method, MethodOutput, RolloutBatch, build_method
-from rredcot.training.metrics import CSV_COLUMNS
-from rredcot.training.run import build_trainer, train_policy, training_rows
-from rredcot.training.run_dir import resume_point
-from rredcot.training.settings import TrainingSettings
-from rredcot.training.trainer import CreditGRPOTrainer, NonFiniteLossError, correctness_reward
-from rredcot.training.trl_config import grpo_config
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rredcot.training.methods import (
+        METHODS,
+        Method,
+        MethodOutput,
+        RolloutBatch,
+        build_method,
+    )
+    from rredcot.training.metrics import CSV_COLUMNS
+    from rredcot.training.run import build_trainer, train_policy, training_rows
+    from rredcot.training.run_dir import resume_point
+    from rredcot.training.settings import TrainingSettings
+    from rredcot.training.trainer import (
+        CreditGRPOTrainer,
+        NonFiniteLossError,
+        correctness_reward,
+    )
+    from rredcot.training.trl_config import grpo_config
+
+_HOME = {
+    "METHODS": "methods",
+    "Method": "methods",
+    "MethodOutput": "methods",
+    "RolloutBatch": "methods",
+    "build_method": "methods",
+    "CSV_COLUMNS": "metrics",
+    "TrainingSettings": "settings",
+    "build_trainer": "run",
+    "grpo_config": "trl_config",
+    "resume_point": "run_dir",
+    "train_policy": "run",
+    "training_rows": "run",
+    "CreditGRPOTrainer": "trainer",
+    "NonFiniteLossError": "trainer",
+    "correctness_reward": "trainer",
+}
+"""Each exported name and the submodule that defines it."""
 
 __all__ = [
     "CSV_COLUMNS",
@@ -35,3 +72,16 @@ __all__ = [
     "train_policy",
     "training_rows",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

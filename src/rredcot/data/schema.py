@@ -46,9 +46,10 @@ def _unreadable(path: str | Path, err: Exception) -> UnreadableFileError:
 
 
 def read_table(path: str | Path, **options: Any) -> pl.DataFrame:
-    """A results table, parquet or CSV by its suffix (`options` go to polars' reader); any
-    parse error names the file (`UnreadableFileError`), which polars' own errors do not."""
-    reader = pl.read_csv if Path(path).suffix == ".csv" else pl.read_parquet
+    """A results table, parquet or CSV/TSV by its suffix (`options` go to polars' reader, e.g. a
+    TSV's `separator`); any parse error names the file (`UnreadableFileError`), which polars' own
+    errors do not."""
+    reader = pl.read_csv if Path(path).suffix in (".csv", ".tsv") else pl.read_parquet
     try:
         return reader(path, **options)
     except FileNotFoundError:

@@ -54,10 +54,7 @@ def job_times(benchmarks: Path, exclude: Path | None = None) -> JobTimes:
     wall = cpu = 0.0
     missing = 0
     for path in files:
-        try:
-            table = pl.read_csv(path, separator="\t", null_values=["NA", "-"], infer_schema=False)
-        except pl.exceptions.PolarsError as err:
-            raise ValueError(f"{path}: not a Snakemake benchmark file ({err})") from err
+        table = read_table(path, separator="\t", null_values=["NA", "-"], infer_schema=False)
         for column in ("s", "cpu_time"):
             if column not in table.columns:
                 raise ValueError(f"{path}: no column {column!r}; not a Snakemake benchmark file")

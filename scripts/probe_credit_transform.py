@@ -35,6 +35,7 @@ import argparse
 import csv
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -52,6 +53,7 @@ from rredcot.credit.advantages import (  # noqa: E402
 )
 from rredcot.credit.rredcot_config import RREDCoTConfig  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
+from rredcot.generation.base import GenerationBackend  # noqa: E402
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
 from rredcot.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.studies.transform_rule import (  # noqa: E402
@@ -76,10 +78,11 @@ def candidates() -> dict[str, CreditConfig]:
     return out
 
 
-def sample_batch(model_dir: Path, rows: list[dict], n: int, seed: int, budget: int) -> RolloutBatch:
+def sample_batch(
+    backend: GenerationBackend, tok: Any, rows: list[dict], n: int, seed: int, budget: int
+) -> RolloutBatch:
     """n responses per row at T = 1, laid out as TRL hands a batch to a method."""
-    task, tok = get_task("synthetic"), load_tokenizer(model_dir)
-    backend = backend_from_settings({"backend": "hf", "dtype": "float32"}, str(model_dir))
+    task = get_task("synthetic")
     prompts = [task.build_prompt(r["problem"]) for r in rows]
     sampling = SamplingParams(
         n=n,
@@ -156,6 +159,8 @@ def main() -> None:
     rows = list(pl.read_parquet(args.world / "rl.parquet").head(args.groups).iter_rows(named=True))
     policy = load_model(args.model).eval()
     tok, task = load_tokenizer(args.model), get_task("synthetic")
+    # one sampling engine for every chunk (the model loaded once for it, once for the credit)
+    backend = backend_from_settings({"backend": "hf", "dtype": "float32"}, str(args.model))
     settings = MethodSettings(
         segmentation=SegmentationConfig.from_dict(config["segmentation"]),
         rredcot=RREDCoTConfig.from_dict(config["estimator"]["rredcot"]),
@@ -167,7 +172,8 @@ def main() -> None:
     adv_by_outcome: dict[str, list[list[float]]] = {}
     for start in range(0, len(rows), args.chunk):
         batch = sample_batch(
-            args.model,
+            backend,
+            tok,
             rows[start : start + args.chunk],
             n,
             args.seed + start,

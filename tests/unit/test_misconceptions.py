@@ -7,15 +7,22 @@ import re
 
 import pytest
 
-from rredcot.data.misconceptions import Misconception, misconceived_value
+from rredcot.data.misconceptions import (
+    Misconception,
+    misconceived_value,
+    misconception_can_reach_answer,
+)
 from rredcot.data.synthetic import (
     Program,
+    SplitSpec,
     Step,
     WorldConfig,
     apply_op,
     check_response,
     draw_program,
+    make_world,
     slipped_solution,
+    world_config,
 )
 from rredcot.models.sft_settings import sft_block
 
@@ -132,3 +139,38 @@ def test_sft_reads_its_transition_against_the_demonstrations_mode():
             assert value == (apply_op(op, x, y, 10) if wrong is None else wrong)
         systematic += first_error_kind(prog, ex["completion"], rule) == "systematic"
     assert systematic > 10  # the rule applies on many of these problems
+
+
+def _two_subtractions(a: int, b: int, c: int) -> Program:
+    """d = a − b, e = c − d (mod 10): the rule can apply at both steps."""
+    steps = (Step("d", "a", "-", "b"), Step("e", "c", "-", "d"))
+    return Program(10, (("a", a), ("b", b), ("c", c)), steps)
+
+
+def test_a_second_misconception_can_undo_the_first():
+    # a=1, b=7, c=5: right d = 1−7 = 4, e = 5−4 = 1. Misconceived d = 7−1 = 6; then 5−6 has
+    # 5 < 6, whose misconception 6−5 = 1 is the right answer again: luck by the rule itself.
+    assert misconception_can_reach_answer(_two_subtractions(1, 7, 5), "smaller_from_larger")
+    # c=9: misconceived d = 6 gives e = 9−6 = 3 (no borrow, the rule stops) ≠ 5: never right
+    assert not misconception_can_reach_answer(_two_subtractions(1, 7, 9), "smaller_from_larger")
+    # the right chain alone is not luck: no subtraction, nothing to misconceive
+    plus = Program(10, (("a", 1), ("b", 7)), (Step("c", "a", "+", "b"),))
+    assert not misconception_can_reach_answer(plus, "smaller_from_larger")
+
+
+def test_a_world_that_avoids_the_misconception_draws_no_lucky_problem():
+    base = dict(modulus=10, n_given=3, chain="bijective", shape="tree")
+    spec = SplitSpec(600, [4, 5, 6])
+
+    def lucky(config: WorldConfig) -> int:
+        rl = make_world(SplitSpec(50, [2, 3]), {"rl": spec}, 7, config)["rl"]
+        return sum(
+            misconception_can_reach_answer(Program.from_json(p), "smaller_from_larger")
+            for p in rl["program"]
+        )
+
+    assert lucky(WorldConfig(**base)) > 0  # a few percent of an unfiltered world
+    assert lucky(WorldConfig(**base, avoid_misconception="smaller_from_larger")) == 0
+    with pytest.raises(ValueError, match="avoid_misconception: 'borrow'"):
+        WorldConfig(**base, avoid_misconception="borrow")
+    assert world_config({"avoid_misconception": "smaller_from_larger"}).avoid_misconception

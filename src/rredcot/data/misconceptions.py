@@ -17,6 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Real
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # programs does not import this module; the annotation only
+    from rredcot.data.programs import Program
 
 MISCONCEPTION_RULES: tuple[str, ...] = ("smaller_from_larger",)
 
@@ -32,6 +36,34 @@ def misconceived_value(rule: str, op: str, x: int, y: int, modulus: int) -> int 
         return None
     wrong, right = (y - x) % modulus, (x - y) % modulus
     return wrong if wrong != right else None
+
+
+def misconception_can_reach_answer(program: Program, rule: str) -> bool:
+    """Can `rule`, applied at any subset of the steps where it applies, write the right answer
+    through a wrong value? A world that draws no such problem (`world.avoid_misconception`)
+    keeps a misconceived chain from being rewarded as right: without it, at the mode of the
+    misconception a later application undoes an earlier one (−(−v) = v) on a few percent of
+    problems, and that luck rewards the very error the positive control is about.
+
+    Exact: every subset is walked in a valid step order (subtraction never commutes, so the
+    operands as written do not depend on the path); at most 2^depth branches.
+    """
+    from rredcot.data.programs import apply_op
+
+    m, target, right = program.modulus, program.target, program.answer
+    steps = program.steps
+
+    def walk(i: int, written: dict[str, int], changed: bool) -> bool:
+        if i == len(steps):
+            return changed and str(written[target]) == right
+        s = steps[i]
+        x, y = written[s.left], written[s.right]
+        if walk(i + 1, {**written, s.name: apply_op(s.op, x, y, m)}, changed):
+            return True
+        wrong = misconceived_value(rule, s.op, x, y, m)
+        return wrong is not None and walk(i + 1, {**written, s.name: wrong}, True)
+
+    return walk(0, dict(program.given), False)
 
 
 @dataclass(frozen=True)

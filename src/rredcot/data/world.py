@@ -42,7 +42,11 @@ from typing import Any
 
 import polars as pl
 
-from rredcot.data.misconceptions import Misconception
+from rredcot.data.misconceptions import (
+    MISCONCEPTION_RULES,
+    Misconception,
+    misconception_can_reach_answer,
+)
 from rredcot.data.programs import (
     ANSWER_CLOSE,
     ANSWER_PREFIX,
@@ -83,6 +87,11 @@ class WorldConfig:
     order (one path per problem, up to operand order). `tree`: the steps form an expression
     tree with independent branches, listed in a shuffled order; any order that computes a step
     after its operands is a solution (`draw_tree_program`)."""
+    avoid_misconception: str | None = None
+    """A misconception rule (`rredcot.data.misconceptions`): problems on which it can reach the
+    right answer through a wrong value are never drawn, so a right answer is never the rule's
+    luck (`misconception_can_reach_answer`). None draws every problem (and draws the same
+    problems as before the key existed)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.modulus, int) or isinstance(self.modulus, bool):
@@ -106,6 +115,13 @@ class WorldConfig:
                 f"shape 'tree' joins two branches with + or -, the ops bijective in each "
                 f"operand; ops {list(ops)} has neither"
             )
+        if self.avoid_misconception is not None and (
+            self.avoid_misconception not in MISCONCEPTION_RULES
+        ):
+            raise ValueError(
+                f"avoid_misconception: {self.avoid_misconception!r} is not a misconception rule; "
+                f"choose one of {list(MISCONCEPTION_RULES)} or null"
+            )
         if self.shape == "tree" and self.n_given < 2:
             raise ValueError("shape 'tree' needs n_given >= 2 (a branch starts from two givens)")
         if self.bijective and len(self.given_values) < min(2, self.n_given):
@@ -113,6 +129,11 @@ class WorldConfig:
                 f"a bijective world draws given values from the units mod {self.modulus}, "
                 f"{list(self.given_values)}: too few for {self.n_given} given values"
             )
+
+    def accepts(self, program: Program) -> bool:
+        """Is `program` one this world draws (`avoid_misconception`)?"""
+        rule = self.avoid_misconception
+        return rule is None or not misconception_can_reach_answer(program, rule)
 
     @property
     def bijective(self) -> bool:
@@ -190,6 +211,7 @@ def problem_space_size(depth: int, config: WorldConfig) -> int:
     v^g given values (v = len(config.given_values)) × |ops|·g(g−1) first steps (|ops| if
     g = 1) × Π_{s=2..depth} |ops|·2·o_s later steps (previous result on either side, one of o_s
     other operands: every earlier variable but the previous, g + s − 2, or a given value, g).
+    An upper bound where `config.avoid_misconception` turns some away.
     """
     check_depths([depth], config)
     if config.shape == "tree":
@@ -414,7 +436,7 @@ def generate_split(
         for _ in range(_MAX_REDRAWS):
             prog = draw_program(rng, depth, config, branches)
             problem = prog.problem_text()
-            if problem not in seen and problem not in exclude:
+            if problem not in seen and problem not in exclude and config.accepts(prog):
                 break
         else:
             raise ValueError(
@@ -443,6 +465,7 @@ def world_config(params: Mapping[str, Any]) -> WorldConfig:
         ops=tuple(params.get("ops", OPS)),
         chain=params.get("chain", "any"),
         shape=params.get("shape", "chain"),
+        avoid_misconception=params.get("avoid_misconception"),
     )
 
 

@@ -45,6 +45,15 @@ include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/tables.smk"
 
 
+# Every benchmark file names its rule, so a snapshot's job times can price a later run.
+check_benchmark_paths(benchmark_patterns())
+
+
+# Before the first job (never on a dry run): the run's expected time on this machine.
+onstart:
+    log_expected_time()
+
+
 rule all:
     default_target: True
     input:

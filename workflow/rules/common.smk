@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from rredcot.data.registry import (  # noqa: E402
     registry_entry,
 )
 from rredcot.configfiles import swallowed_target_error  # noqa: E402
+from rredcot.timing import check_benchmark_paths  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
@@ -598,3 +600,60 @@ def configfiles_given() -> list[str]:
         path = Path(f).resolve()
         out.append(str(path.relative_to(base)) if base in path.parents else str(path))
     return out
+
+
+# The expected time of a run (rredcot.timing): the measured job times of a snapshot of a run of
+# the same config files (docs/snapshots/, or $RREDCOT_SNAPSHOTS: one's own snapshots), scaled
+# to this machine by a short calibration.
+SNAPSHOTS = Path(
+    os.environ.get("RREDCOT_SNAPSHOTS", "").strip()
+    or Path(workflow.basedir) / "docs" / "snapshots"
+)
+
+
+def benchmark_patterns() -> dict[str, str]:
+    """Every rule's benchmark path pattern, by rule name (rules without one left out)."""
+    from snakemake.io import strip_wildcard_constraints
+
+    return {
+        r.name: strip_wildcard_constraints(str(r.benchmark))
+        for r in workflow.rules
+        if r.benchmark is not None
+    }
+
+
+def log_expected_time() -> None:
+    """Log `expected_time_line()` through Snakemake's logger (console and its log file)."""
+    from snakemake.logging import logger
+
+    logger.info(expected_time_line())
+
+
+def expected_time_line() -> str:
+    """The line a run logs before its first job: the expected CPU seconds and wall time of the
+    jobs that will run, or why there is none. Jobs come from the DAG Snakemake built
+    (`workflow.dag.needrun_jobs()`, the call its own job stats use), so a resumed run prices
+    only what is left. Under a cluster executor jobs run on other machines than this one, which
+    a calibration here would measure: no estimate."""
+    from rredcot import timing
+
+    if not workflow.local_exec:
+        return (
+            "expected time: not estimated under a cluster executor (jobs run on other machines "
+            "than this one); measured job times per snapshot: docs/snapshots/*/job_times.csv"
+        )
+    try:
+        jobs = [
+            (job.rule.name, timing.benchmark_key(job.benchmark))
+            for job in workflow.dag.needrun_jobs()
+            if job.benchmark is not None
+        ]
+        return timing.expected_time(
+            jobs,
+            SNAPSHOTS,
+            configfiles_given(),
+            workflow.cores,
+            lambda: timing.calibrate_in_subprocess(SRC),
+        )
+    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as err:
+        return f"expected time: not estimated ({err})"

@@ -213,6 +213,28 @@ def estimate(
     return Estimate(cpu, max(cpu / cores, longest), longest, priced, by_mean, unmeasured, ratio)
 
 
+@dataclass(frozen=True)
+class RuleTime:
+    """What one rule's jobs took, summed."""
+
+    rule: str
+    jobs: int
+    cpu_s: float  # CPU seconds (a job without them counts its wall seconds)
+    wall_s: float
+
+
+def per_rule(jobs: Sequence[JobTime]) -> list[RuleTime]:
+    """The jobs' times summed per rule, most CPU seconds first."""
+    grouped: dict[str, list[JobTime]] = {}
+    for j in jobs:
+        grouped.setdefault(j.rule, []).append(j)
+    rows = [
+        RuleTime(rule, len(js), sum(j.cost_s for j in js), sum(j.wall_s for j in js))
+        for rule, js in grouped.items()
+    ]
+    return sorted(rows, key=lambda r: (-r.cpu_s, r.rule))
+
+
 TIMING = "timing.json"  # a snapshot's calibration, its workload id and the run's config files
 JOB_TIMES = "job_times.csv"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,34 @@ def test_benchmark_files_become_one_job_time_each(tmp_path):
         "summary,summary,1.0000,1.00",
         "train_policy,train_policy/grpo/seed1,100.0000,150.50",
     ]
+
+
+def test_per_rule_sums_each_rules_jobs_most_cpu_first():
+    assert timing.per_rule(REFERENCE) == [
+        timing.RuleTime("train_policy", jobs=2, cpu_s=400.0, wall_s=400.0),
+        timing.RuleTime("generate", jobs=1, cpu_s=10.0, wall_s=10.0),  # CPU not measured: wall
+    ]
+
+
+def test_run_times_prints_a_snapshots_table_per_rule_and_total(tmp_path):
+    snapshot(tmp_path, "zen3", 0.5, ["configs/positive_control.yaml"], machine="CPU Z", commit="c1")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "run_times.py"), str(tmp_path / "zen3")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert proc.stdout.splitlines() == [
+        "Run of config.yaml + configs/positive_control.yaml on CPU Z (commit c1; calibration "
+        "0.5000 s):",
+        "",
+        "| rule | jobs | CPU s | wall s (summed) |",
+        "|---|---|---|---|",
+        "| train_policy | 2 | 400 | 400 |",
+        "| generate | 1 | 10 | 10 |",
+        "| **total** | 3 | 410 s (0 h 07 min) | 410 s (0 h 07 min) |",
+    ]
+    (tmp_path / "zen3" / "timing.json").unlink()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "run_times.py"), str(tmp_path / "zen3")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "needs both job_times.csv and timing.json" in proc.stderr

@@ -635,6 +635,8 @@ def expected_time_line() -> str:
     (`workflow.dag.needrun_jobs()`, the call its own job stats use), so a resumed run prices
     only what is left. Under a cluster executor jobs run on other machines than this one, which
     a calibration here would measure: no estimate."""
+    from snakemake.exceptions import WorkflowError
+
     from rredcot import timing
 
     if not workflow.local_exec:
@@ -655,5 +657,11 @@ def expected_time_line() -> str:
             workflow.cores,
             lambda: timing.calibrate_in_subprocess(SRC),
         )
-    except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as err:
+    except (
+        RuntimeError,
+        ValueError,
+        OSError,
+        subprocess.TimeoutExpired,
+        WorkflowError,
+    ) as err:
         return f"expected time: not estimated ({err})"

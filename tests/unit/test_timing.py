@@ -159,25 +159,34 @@ def test_per_rule_sums_each_rules_jobs_most_cpu_first():
     ]
 
 
-def test_run_times_prints_a_snapshots_table_per_rule_and_total(tmp_path):
+def run_times(*sources: Path) -> subprocess.CompletedProcess[str]:
+    script = REPO / "scripts" / "run_times.py"
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, sources)], capture_output=True, text=True
+    )
+
+
+def test_run_times_prints_snapshots_side_by_side_per_rule_and_in_total(tmp_path):
     snapshot(tmp_path, "zen3", 0.5, ["configs/positive_control.yaml"], machine="CPU Z", commit="c1")
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "run_times.py"), str(tmp_path / "zen3")],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    bench = tmp_path / "run" / "benchmarks"  # a run in place: its benchmark files
+    write_benchmark(bench / "train_policy/grpo/seed1.tsv", ("50", "60"))
+    write_benchmark(bench / "studies/study_mc.tsv", ("2", "NA"))
+    proc = run_times(tmp_path / "zen3", bench)
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "Run of config.yaml + configs/positive_control.yaml on CPU Z (commit c1; calibration "
-        "0.5000 s):",
+        "- zen3: config.yaml + configs/positive_control.yaml on CPU Z (commit c1; calibration "
+        "0.5000 s)",
+        f"- benchmarks: the benchmark files under {bench}",
         "",
-        "| rule | jobs | CPU s | wall s (summed) |",
-        "|---|---|---|---|",
-        "| train_policy | 2 | 400 | 400 |",
-        "| generate | 1 | 10 | 10 |",
-        "| **total** | 3 | 410 s (0 h 07 min) | 410 s (0 h 07 min) |",
+        "| rule | zen3: jobs | zen3: CPU s | zen3: wall s (summed) | benchmarks: jobs "
+        "| benchmarks: CPU s | benchmarks: wall s (summed) |",
+        "|---|---|---|---|---|---|---|",
+        "| train_policy | 2 | 400 | 400 | 1 | 60 | 50 |",
+        "| generate | 1 | 10 | 10 | — | — | — |",
+        "| study_mc | — | — | — | 1 | 2 | 2 |",
+        "| **total** | 3 | 410 s (0 h 07 min) | 410 s (0 h 07 min) | 2 | 62 s (0 h 01 min) "
+        "| 52 s (0 h 01 min) |",
     ]
     (tmp_path / "zen3" / "timing.json").unlink()
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "run_times.py"), str(tmp_path / "zen3")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    proc = run_times(tmp_path / "zen3")
     assert proc.returncode != 0 and "needs both job_times.csv and timing.json" in proc.stderr

@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,18 +248,31 @@ class Reference:
     jobs: list[JobTime]
 
 
+SNAPSHOT_TIMING_KEYS = ("calibration_s", "calibration_workload", "configfiles")
+
+
 def read_reference(snapshot: Path) -> tuple[dict[str, Any], list[JobTime]] | None:
-    """A snapshot's timing.json and job_times.csv, or None when it has not both."""
-    timing, table = snapshot / TIMING, snapshot / JOB_TIMES
-    if not (timing.is_file() and table.is_file()):
+    """A snapshot's timing.json and job_times.csv, or None when it has not both; ValueError
+    naming the file when one is not what `take_snapshot` writes."""
+    spec_path, table = snapshot / TIMING, snapshot / JOB_TIMES
+    if not (spec_path.is_file() and table.is_file()):
         return None
+    spec = json.loads(spec_path.read_text())  # a JSONDecodeError is a ValueError naming it
+    missing = [k for k in SNAPSHOT_TIMING_KEYS if k not in spec]
+    if missing:
+        raise ValueError(f"{spec_path}: no {missing}; not a snapshot's timing")
     with table.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    jobs = [
-        JobTime(r["rule"], r["key"], float(r["wall_s"]), float(r["cpu_s"]) if r["cpu_s"] else None)
-        for r in rows
-    ]
-    return json.loads(timing.read_text()), jobs
+    try:
+        jobs = [_job_time(r) for r in rows]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{table}: not a snapshot's job times ({err!r})") from err
+    return spec, jobs
+
+
+def _job_time(row: Mapping[str, str]) -> JobTime:
+    cpu = float(row["cpu_s"]) if row["cpu_s"] else None
+    return JobTime(row["rule"], row["key"], float(row["wall_s"]), cpu)
 
 
 def write_job_times(jobs: Sequence[JobTime], path: Path) -> None:
@@ -286,12 +299,12 @@ def candidates(
         read = read_reference(directory)
         if read is None:
             continue
-        timing, jobs = read
+        spec, jobs = read
         if (
-            timing.get("configfiles") == list(configfiles)
-            and timing.get("calibration_workload") == calibration_workload()
+            spec["configfiles"] == list(configfiles)
+            and spec["calibration_workload"] == calibration_workload()
         ):
-            found[directory.name] = (float(timing["calibration_s"]), jobs)
+            found[directory.name] = (float(spec["calibration_s"]), jobs)
     return found
 
 
@@ -311,8 +324,8 @@ def pick_reference(
 def no_reference(snapshots: Path, configfiles: Sequence[str]) -> str:
     return (
         f"expected time: no measured reference for this config ({config_label(configfiles)}): no "
-        f"snapshot under {snapshots} ran it (scripts/snapshot_summary.py takes one from a "
-        "finished run)"
+        f"snapshot under {snapshots} ran it and calibrated with this version's workload "
+        "(scripts/snapshot_summary.py takes one from a finished run)"
     )
 
 
@@ -343,7 +356,7 @@ def expected_time(
     snapshots: Path,
     configfiles: Sequence[str],
     cores: int,
-    calibration: Any,
+    calibration: Callable[[], float],
 ) -> str:
     """The start line for `jobs` ((rule, key) pairs): the estimate against the nearest snapshot
     of the same config, or why there is none. `calibration()` (seconds here) is called only when

@@ -190,3 +190,15 @@ def test_run_times_prints_snapshots_side_by_side_per_rule_and_in_total(tmp_path)
     (tmp_path / "zen3" / "timing.json").unlink()
     proc = run_times(tmp_path / "zen3")
     assert proc.returncode != 0 and "needs both job_times.csv and timing.json" in proc.stderr
+
+
+def test_a_malformed_snapshot_is_named(tmp_path):
+    snapshot(tmp_path, "m", 1.0, [])
+    (tmp_path / "m" / "timing.json").write_text('{"calibration_s": 1.0}')
+    with pytest.raises(ValueError, match=r"m/timing.json: no \['calibration_workload'"):
+        timing.pick_reference(tmp_path, [], 1.0)
+    snapshot(tmp_path, "n", 1.0, [])
+    (tmp_path / "n" / "job_times.csv").write_text("rule,key,wall_s,cpu_s\nx,x,soon,1\n")
+    (tmp_path / "m" / "timing.json").unlink()
+    with pytest.raises(ValueError, match="n/job_times.csv: not a snapshot's job times"):
+        timing.pick_reference(tmp_path, [], 1.0)

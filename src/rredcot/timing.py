@@ -8,8 +8,9 @@ prices each job that will run by the reference's job of the same key (else its r
 scaled by the ratio of the two calibrations.
 
 The wall time is an approximation: the CPU seconds spread evenly over the cores, but never less
-than the longest single job. It ignores dependencies (a chain of jobs that cannot overlap takes
-longer), threads that a job holds but does not use, and the other machine's core count.
+than the longest chain of jobs that wait for one another (given the DAG's dependencies; else the
+longest single job). Between those two bounds it assumes the scheduler packs the cores fully; it
+ignores threads that a job holds but does not use, and the other machine's core count.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ class Estimate:
 
     cpu_seconds: float
     wall_seconds: float
-    longest_job_s: float
+    longest_chain_s: float  # wall seconds of the longest chain of dependent jobs (or one job)
     jobs: int  # jobs priced
     by_rule_mean: int  # of those, priced by their rule's mean (no reference job of their key)
     unmeasured: int  # jobs of a rule the reference never ran: not priced
@@ -178,10 +179,13 @@ def estimate(
     calibration_here: float,
     calibration_there: float,
     cores: int,
+    after: Mapping[str, Sequence[str]] | None = None,
 ) -> Estimate:
     """The CPU seconds and wall time of `jobs` ((rule, key) pairs): each job is its reference
     job of the same key, else the mean of the reference's jobs of its rule, scaled by
-    calibration_here / calibration_there; wall = max(CPU seconds / cores, the longest job)."""
+    calibration_here / calibration_there; wall = max(CPU seconds / cores, the longest chain),
+    a chain following `after` (key -> the keys of the jobs it waits for; none: every job
+    alone). A job the reference cannot price costs nothing, in a chain too."""
     if calibration_here <= 0 or calibration_there <= 0:
         raise ValueError(
             f"calibrations must be positive seconds (here {calibration_here}, there "
@@ -194,8 +198,9 @@ def estimate(
     by_rule: dict[str, list[JobTime]] = {}
     for j in reference_job_times:
         by_rule.setdefault(j.rule, []).append(j)
-    cpu = longest = 0.0
-    priced = by_mean = unmeasured = 0
+    cpu = 0.0
+    walls: dict[str, float] = {}
+    by_mean = unmeasured = 0
     for rule, key in jobs:
         if key in by_key:
             cost, wall = by_key[key].cost_s, by_key[key].wall_s
@@ -207,10 +212,23 @@ def estimate(
         else:
             unmeasured += 1
             continue
-        priced += 1
         cpu += cost * ratio
-        longest = max(longest, wall * ratio)
-    return Estimate(cpu, max(cpu / cores, longest), longest, priced, by_mean, unmeasured, ratio)
+        walls[key] = wall * ratio
+    chain = longest_chain(walls, after or {})
+    return Estimate(cpu, max(cpu / cores, chain), chain, len(walls), by_mean, unmeasured, ratio)
+
+
+def longest_chain(walls: Mapping[str, float], after: Mapping[str, Sequence[str]]) -> float:
+    """The most wall seconds along any path of `after` (key -> the keys it waits for), each
+    job's own `walls` seconds (0 for a key without) summed; the DAG has no cycles."""
+    finish: dict[str, float] = {}
+
+    def done(key: str) -> float:  # when the job ends if each started as soon as it could
+        if key not in finish:
+            finish[key] = walls.get(key, 0.0) + max(map(done, after.get(key, ())), default=0.0)
+        return finish[key]
+
+    return max(map(done, [*walls, *after]), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -357,17 +375,19 @@ def expected_time(
     configfiles: Sequence[str],
     cores: int,
     calibration: Callable[[], float],
+    after: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
-    """The start line for `jobs` ((rule, key) pairs): the estimate against the nearest snapshot
-    of the same config, or why there is none. `calibration()` (seconds here) is called only when
-    a snapshot of this config exists, so a run without one spends nothing on it."""
+    """The start line for `jobs` ((rule, key) pairs; `after` as `estimate` reads it): the
+    estimate against the nearest snapshot of the same config, or why there is none.
+    `calibration()` (seconds here) is called only when a snapshot of this config exists, so a
+    run without one spends nothing on it."""
     if not candidates(snapshots, configfiles):
         return no_reference(snapshots, configfiles)
     here = calibration()
     reference = pick_reference(snapshots, configfiles, here)
     if isinstance(reference, str):
         return reference
-    result = estimate(jobs, reference.jobs, here, reference.calibration, cores)
+    result = estimate(jobs, reference.jobs, here, reference.calibration, cores, after)
     return describe(result, reference.name, cores)
 
 

@@ -52,12 +52,27 @@ def test_estimate_prices_by_key_then_rule_mean_and_scales_by_the_calibrations():
     result = estimate(JOBS, REFERENCE, calibration_here=2.0, calibration_there=1.0, cores=2)
     assert result.ratio == 2.0
     assert result.cpu_seconds == pytest.approx((150 + 200 + 10) * 2)  # 720
-    assert result.longest_job_s == pytest.approx(200 * 2)
+    assert result.longest_chain_s == pytest.approx(200 * 2)  # no dependencies: one job
     # 720 CPU s over 2 cores is 360 s, less than the longest job (400 s): the job bounds it
     assert result.wall_seconds == pytest.approx(400)
     assert (result.jobs, result.by_rule_mean, result.unmeasured) == (3, 1, 1)
     one_core = estimate(JOBS, REFERENCE, calibration_here=0.5, calibration_there=1.0, cores=1)
     assert one_core.cpu_seconds == pytest.approx(180) and one_core.wall_seconds == 180
+
+
+def test_the_wall_time_is_never_below_the_longest_chain_of_dependent_jobs():
+    # generation waits for grpo seed 1 (100 s) and the rredcot run (200 s); the study waits for
+    # generation but the reference never ran it (costs nothing); x2 calibration
+    after = {
+        "generate/base/seed1/synth_id": ["train_policy/grpo/seed1", "train_policy/rredcot/seed1"],
+        "studies/study_mc": ["generate/base/seed1/synth_id"],
+    }
+    result = estimate(JOBS, REFERENCE, 2.0, 1.0, cores=2, after=after)
+    assert result.longest_chain_s == pytest.approx((200 + 10) * 2)
+    assert result.wall_seconds == pytest.approx(420)  # above 720 CPU s / 2 cores = 360
+    assert estimate(JOBS, REFERENCE, 2.0, 1.0, cores=1, after=after).wall_seconds == 720
+    assert timing.longest_chain({"a": 1.0, "b": 2.0, "c": 4.0}, {"c": ["a", "b"]}) == 6.0
+    assert timing.longest_chain({}, {}) == 0.0
 
 
 def test_estimate_refuses_nonsense():

@@ -631,9 +631,9 @@ def log_expected_time() -> None:
 
 def expected_time_line() -> str:
     """The line a run logs before its first job: the expected CPU seconds and wall time of the
-    jobs that will run, or why there is none. Jobs come from the DAG Snakemake built
-    (`workflow.dag.needrun_jobs()`, the call its own job stats use), so a resumed run prices
-    only what is left. Under a cluster executor jobs run on other machines than this one, which
+    jobs that will run, or why there is none. Jobs and what each waits for come from the DAG
+    Snakemake built (`needrun_jobs()`, the call its own job stats use, and
+    `job_dependencies()`), so a resumed run prices only what is left. Under a cluster executor jobs run on other machines than this one, which
     a calibration here would measure: no estimate."""
     from snakemake.exceptions import WorkflowError
 
@@ -645,17 +645,23 @@ def expected_time_line() -> str:
             "than this one); measured job times per snapshot: docs/snapshots/*/job_times.csv"
         )
     try:
-        jobs = [
-            (job.rule.name, timing.benchmark_key(job.benchmark))
-            for job in workflow.dag.needrun_jobs()
+        dag = workflow.dag
+        keys = {
+            job: timing.benchmark_key(job.benchmark)
+            for job in dag.needrun_jobs()
             if job.benchmark is not None
-        ]
+        }
+        after = {
+            key: [keys[d] for d in dag.job_dependencies(job) if d in keys]
+            for job, key in keys.items()
+        }
         return timing.expected_time(
-            jobs,
+            [(job.rule.name, key) for job, key in keys.items()],
             SNAPSHOTS,
             configfiles_given(),
             workflow.cores,
             lambda: timing.calibrate_in_subprocess(SRC),
+            after,
         )
     except (
         AttributeError,  # Snakemake's DAG without needrun_jobs (pinned: 9.27.1)

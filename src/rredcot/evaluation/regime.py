@@ -33,6 +33,7 @@ GRADE_COLUMNS = ("problem_id", "sample_index", "method", "seed", "reward", "firs
 GENERATION_COLUMNS = ("problem_id", "sample_index", "text")
 PROTOCOLS = ("t1", "greedy")  # column prefixes: the split's sampling protocol, greedy decoding
 POOLED = "all"  # the `seed` of a row pooled over a method's seeds
+KEY_ORDER = ["seed", "problem_id", "sample_index"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,8 @@ def _rate(responses: pl.DataFrame, column: str, n_resamples: int, seed: int) -> 
     """[mean over seeds of avg@k, CI low, CI high] of a boolean column."""
     per_seed = [
         avg_at_k(part.select("problem_id", "sample_index", pl.col(column).alias("reward")))
-        for _, part in responses.group_by("seed")
-    ]
+        for _, part in responses.sort(KEY_ORDER).group_by("seed", maintain_order=True)
+    ]  # one order: the means' last bits do not depend on how the rows came
     pooled = (
         responses.group_by("problem_id")
         .agg(pl.col(column).cast(pl.Float64).mean())

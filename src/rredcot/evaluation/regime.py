@@ -1,5 +1,5 @@
 """The regime of a policy on a world split: greedy and T = 1 pass@1, luck and the share of its
-errors that are systematic (METHOD.md §4, positive control).
+errors that are systematic (docs/positive_control.md).
 
 A gain at T = 1 that vanishes under greedy decoding is sharpening, not a fixed rule; a regime in
 which credit can matter has a base whose greedy output fails, and fails on the misconception's

@@ -156,12 +156,16 @@ def test_the_studies_headlines_keep_the_default_mc_and_the_null_row(tmp_path):
     assert "mc_n4" not in localization  # another trace set
 
 
-def test_the_regime_line_states_the_bases_greedy_and_t1_figures(tmp_path):
-    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+def test_the_regime_table_states_each_methods_pooled_figures(tmp_path):
+    tables = read_tables(write_tables(tmp_path))
+    text = render_summary(tables, TIMES, "CPU X", "abc123", [])
     section = text.split("## Greedy and T = 1 on the curve split")[1]
-    assert "Base: pass@1 greedy 0.510, T = 1 0.356 (luck 0.050)" in section
-    assert "systematic share of its errors greedy 0.970, T = 1 0.530" in section
-    assert "0.568" not in section  # one line: the base's, pooled
+    # greedy, T = 1, luck, systematic share greedy and T = 1: one row per method, pooled
+    assert "| base | 0.510 | 0.356 | 0.050 | 0.970 | 0.530 |" in section
+    assert "| grpo | 0.660 | 0.568 | 0.020 | 0.900 | 0.690 |" in section
+    values = summary_values(tables, TIMES, "CPU X", "abc123")
+    assert values["regime/grpo/greedy_pass1"] == "0.660"
+    assert values["regime/base/t1_luck"] == "0.050"
 
 
 def test_the_run_the_cost_and_the_time_are_stated(tmp_path):

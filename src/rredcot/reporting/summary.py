@@ -147,10 +147,9 @@ def localization_headline(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("trace_set") == "all_incorrect").sort("top1", descending=True)
 
 
-def regime_headline(table: pl.DataFrame) -> dict | None:
-    """The base's row of the regime table (pooled over its seeds), None when it has none."""
-    rows = table.filter((pl.col("method") == "base") & (pl.col("seed").cast(pl.String) == "all"))
-    return rows.row(0, named=True) if rows.height else None
+def regime_rows(table: pl.DataFrame) -> list[dict]:
+    """The regime table's rows pooled over seeds, one per method (the base first, as written)."""
+    return list(table.filter(pl.col("seed").cast(pl.String) == "all").iter_rows(named=True))
 
 
 def summary_values(
@@ -168,6 +167,16 @@ def summary_values(
     if isinstance(comparisons, pl.DataFrame):
         for r in pooled_comparisons(comparisons).iter_rows(named=True):
             key = f"comparison/{r['method']}/{r['measure']}"
+            values[f"{key}/difference"] = signed(r["difference"])
+            values[f"{key}/bootstrap_ci"] = interval(r["ci95_low"], r["ci95_high"])
+            values[f"{key}/seed_t_ci"] = interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"])
+            values[f"{key}/verdict"] = str(r["verdict"])
+            values[f"{key}/seeds"] = str(r["seeds"])
+            values[f"{key}/mde80"] = plain(r["mde80"])
+    benchmarks = tables.get("benchmark_comparison")
+    if isinstance(benchmarks, pl.DataFrame):
+        for r in _benchmark_rows(benchmarks):
+            key = f"benchmark/{r['benchmark']}/{r['method']}"
             values[f"{key}/difference"] = signed(r["difference"])
             values[f"{key}/bootstrap_ci"] = interval(r["ci95_low"], r["ci95_high"])
             values[f"{key}/seed_t_ci"] = interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"])
@@ -200,10 +209,9 @@ def summary_values(
                 r["top1_ci95_low"], r["top1_ci95_high"]
             ).replace("+", "")
     regime = tables.get("regime_table")
-    base = regime_headline(regime) if isinstance(regime, pl.DataFrame) else None
-    if base is not None:
+    for r in regime_rows(regime) if isinstance(regime, pl.DataFrame) else []:
         for figure in REGIME_FIGURES:
-            values[f"regime/base/{figure}"] = plain(base[figure])
+            values[f"regime/{r['method']}/{figure}"] = plain(r[figure])
     return values
 
 
@@ -258,8 +266,12 @@ def _comparisons(table: pl.DataFrame) -> list[str]:
     return lines
 
 
+def _benchmark_rows(table: pl.DataFrame) -> list[dict]:
+    """The final policies' comparisons with the reference method, per benchmark."""
+    return list(table.filter(pl.col("against") == REFERENCE).iter_rows(named=True))
+
+
 def _benchmarks(table: pl.DataFrame) -> list[str]:
-    part = table.filter(pl.col("against") == REFERENCE)
     rows = [
         [
             r["benchmark"],
@@ -269,7 +281,7 @@ def _benchmarks(table: pl.DataFrame) -> list[str]:
             interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"]),
             r["verdict"],
         ]  # fmt: skip
-        for r in part.iter_rows(named=True)
+        for r in _benchmark_rows(table)
     ]
     header = ["benchmark", "comparison", "difference", "bootstrap 95% CI", "t 95% CI", "verdict"]
     return _markdown(header, rows)
@@ -369,15 +381,16 @@ def _localization(table: pl.DataFrame) -> list[str]:
 
 
 def _regime(table: pl.DataFrame) -> list[str]:
-    base = regime_headline(table)
-    if base is None:
-        return ["No row of the base policy.", ""]
-    v = {figure: plain(base[figure]) for figure in REGIME_FIGURES}
+    rows = regime_rows(table)
+    if not rows:
+        return ["No row pooled over seeds.", ""]
+    header = ["method", "greedy pass@1", "T = 1 pass@1", "T = 1 luck",
+              "systematic share of errors, greedy", "systematic share, T = 1"]  # fmt: skip
+    body = [[r["method"], *(plain(r[f]) for f in REGIME_FIGURES)] for r in rows]
     return [
-        f"Base: pass@1 greedy {v['greedy_pass1']}, T = 1 {v['t1_pass1']} (luck {v['t1_luck']}); "
-        f"systematic share of its errors greedy {v['greedy_systematic_share']}, T = 1 "
-        f"{v['t1_systematic_share']}. Every policy's row is in the file.",
+        "Mean over seeds; the intervals and every policy's row are in the file.",
         "",
+        *_markdown(header, body),
     ]
 
 

@@ -29,6 +29,7 @@ from rredcot.data.registry import (  # noqa: E402
     registry_entry,
 )
 from rredcot.configfiles import swallowed_target_error  # noqa: E402
+from rredcot.doses import DOSE_FIGURE, DOSE_TABLE, dose_configs  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
@@ -39,10 +40,10 @@ if _swallowed is not None:
 
 # The config against workflow/schemas/config.schema.yaml, defaults filled in, once: our check
 # names the offending key and what is allowed (snakemake.utils.validate would repeat it).
-validate_config(
-    config,
-    load_schema(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"),
+CONFIG_SCHEMA = load_schema(
+    Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 )
+validate_config(config, CONFIG_SCHEMA)
 
 # Every job's conda environment under `--use-conda`: the CPU one, or envs/rredcot-gpu.yaml
 # (CUDA torch, vLLM, DeepSpeed) on GPU nodes. Relative to this file, as `conda:` wants it.
@@ -296,10 +297,6 @@ def policy_input(wildcards):
     raise ValueError(
         f"unknown method '{wildcards.method}'; known: {[BASE_METHOD, *TRAINING_METHODS]}"
     )
-
-
-def policy_path(wildcards) -> str:
-    return policy_input(wildcards)["model"]
 
 
 def uses_vllm_block(generates: bool) -> bool:
@@ -598,3 +595,36 @@ def configfiles_given() -> list[str]:
         path = Path(f).resolve()
         out.append(str(path.relative_to(base)) if base in path.parents else str(path))
     return out
+
+
+# The dose-response (config key `doses`, workflow/rules/doses.smk): the workflow once per dose,
+# each a module of the Snakefile in a directory of its own; none without the key.
+DOSES = dose_configs(config, CONFIG_SCHEMA) if config["doses"] else []
+# each dose's regime table is read where the dose's workflow builds one
+REGIME_TABLE = "results/regime_table.csv"
+
+
+def builds_regime_table() -> bool:
+    """Whether every dose's workflow builds results/regime_table.csv (its module's targets)."""
+    return all(REGIME_TABLE in workflow.globals[d.module].all_targets() for d in DOSES)
+
+
+def credit_regime_inputs(wildcards) -> dict[str, list[str]]:
+    """Every dose's comparison (and regime table), and its world, which must be the others'."""
+    inputs = {
+        "comparisons": [d.path("results/method_comparison.csv") for d in DOSES],
+        "worlds": [
+            d.path(f"results/data/world/{t}.parquet")
+            for d in DOSES
+            for t in WORLD_TABLES
+        ],
+    }
+    if builds_regime_table():
+        inputs["regimes"] = [d.path(REGIME_TABLE) for d in DOSES]
+    return inputs
+
+
+def dose_targets() -> list[str]:
+    """The targets of a dose-response (config key `doses`), the table and figure and each
+    dose's summary, which its workflow writes last."""
+    return [DOSE_TABLE, DOSE_FIGURE, *(d.path(SUMMARY) for d in DOSES)]

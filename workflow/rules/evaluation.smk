@@ -21,7 +21,7 @@ rule generate:
         runtime=res("generate", "runtime"),
     params:
         gpu_job=GPU_JOB,
-        policy=policy_path,
+        policy=lambda w, input: input.model,
         settings=lambda w: arg(
             {
                 **eval_settings(w.benchmark),

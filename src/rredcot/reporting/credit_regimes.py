@@ -206,9 +206,11 @@ def plot_credit_regimes(table: pl.DataFrame, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     ax.axhline(0.0, color="black", linewidth=1)
     methods = list(dict.fromkeys(area["method"].to_list()))
+    span = float(area["dose"].max() - area["dose"].min()) or 1.0
     for i, method in enumerate(methods):
         part = area.filter(pl.col("method") == method).sort("dose")
-        x = part["dose"].to_numpy() + (i - (len(methods) - 1) / 2) * 0.008  # bars side by side
+        shift = (i - (len(methods) - 1) / 2) * 0.01 * span  # the methods' bars side by side
+        x = part["dose"].to_numpy() + shift
         y = part["difference"].to_numpy()
         err = np.vstack([y - part["ci95_low"].to_numpy(), part["ci95_high"].to_numpy() - y])
         shorter = "auc_equal_steps" in part["measure"].to_list()

@@ -32,12 +32,17 @@ DEFAULT_JOBS = {
 }  # fmt: skip
 
 
-def dry_run(work: Path, mirror: Path, *args: str) -> str:
+def snakemake_n(work: Path, mirror: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`snakemake -n -p` on the repository's Snakefile in `work` (which holds config.yaml, as
-    the repository root does); the listing."""
+    the repository root does)."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-n", "-p", *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RREDCOT_MIRROR": str(mirror)}
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env, timeout=600)
+
+
+def dry_run(work: Path, mirror: Path, *args: str) -> str:
+    """The listing of a dry run that must succeed."""
+    proc = snakemake_n(work, mirror, *args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -155,3 +160,27 @@ def test_the_aggregation_reads_every_dose(listing):
 
 def test_the_default_dag_is_unchanged(work, mirror):
     assert job_counts(dry_run(work, mirror)) == DEFAULT_JOBS
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            "extends: configs/positive_control.yaml\nrehearses: configs/one_gpu.yaml\n",
+            "config keys 'rehearses' and 'extends': set one",
+        ),
+        ("extends: configs/nope.yaml\n", "config key 'extends': 'configs/nope.yaml' is not"),
+        (
+            "extends: configs/positive_control.yaml\n"
+            "doses: {key: sft.misconception.rate, levels: [0, 0.6],\n"
+            "        at: [{level: 0.8, config: {}}]}\n",
+            "config key 'doses.at.0.level': 0.8 is not one of doses.levels",
+        ),
+    ],
+)
+def test_a_bad_overlay_or_dose_stops_the_load_naming_the_key(work, mirror, tmp_path, text, named):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    proc = snakemake_n(work, mirror, "--configfile", str(bad))
+    assert proc.returncode != 0 and named in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert "Building DAG of jobs" not in proc.stdout + proc.stderr

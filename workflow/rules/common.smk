@@ -299,6 +299,12 @@ def policy_input(wildcards):
     )
 
 
+def policy_path(wildcards, input) -> str:
+    """The checkpoint a job generates with: its input `model` (params are not moved into a
+    dose's directory, inputs are: workflow/rules/doses.smk)."""
+    return input.model
+
+
 def uses_vllm_block(generates: bool) -> bool:
     """Whether a job reads `evaluation.vllm`. Only one that generates, under backend vllm, does;
     the block stays out of every other job's params, so editing it reruns nothing else.

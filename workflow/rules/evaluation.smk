@@ -21,7 +21,7 @@ rule generate:
         runtime=res("generate", "runtime"),
     params:
         gpu_job=GPU_JOB,
-        policy=lambda w, input: input.model,
+        policy=policy_path,
         settings=lambda w: arg(
             {
                 **eval_settings(w.benchmark),

@@ -57,7 +57,7 @@ def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _set(config: dict[str, Any], key: str, value: float) -> None:
+def _set(config: dict[str, Any], key: str, value: Any) -> None:
     """Set the dotted `key` of `config`, which must already hold it."""
     *parents, leaf = key.split(".")
     block: Any = config
@@ -89,7 +89,7 @@ def dose_configs(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[D
     entry names a level not in `doses.levels`, or when a dose's config is invalid (the dose is
     named; the schema's message follows)."""
     doses = config["doses"]
-    key, levels = doses["key"], [float(v) for v in doses["levels"]]
+    key, levels = doses["key"], [float(v) for v in doses["levels"]]  # ordering and labels
     for i, entry in enumerate(doses["at"]):
         if float(entry["level"]) not in levels:
             raise ConfigError(
@@ -99,9 +99,9 @@ def dose_configs(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[D
     plain = {k: v for k, v in config.items() if k not in ("doses", "extends")}
     name = key.rsplit(".", 1)[-1]
     out = []
-    for level in levels:
+    for level, value in zip(levels, doses["levels"], strict=True):
         dose = copy.deepcopy(plain)
-        _set(dose, key, level)
+        _set(dose, key, value)  # as written: an integer key stays an integer
         for entry in doses["at"]:
             if float(entry["level"]) == level:
                 dose = merge(dose, entry["config"])
@@ -119,3 +119,9 @@ def dose_configs(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[D
             "two levels that print alike share one"
         )
     return out
+
+
+def share_world(doses: list[Dose]) -> bool:
+    """Whether every dose draws the same world (equal `world` blocks): then only the SFT and
+    what follows differ, and the copies of the world must be identical files."""
+    return all(d.config["world"] == doses[0].config["world"] for d in doses)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from rredcot.config import ConfigError, load_schema, validate_config
-from rredcot.doses import Dose, dose_configs, merge
+from rredcot.doses import Dose, dose_configs, merge, share_world
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,15 @@ def test_the_schema_refuses_a_single_level(config, schema):
 def test_a_dose_is_plain_data():
     dose = Dose(0.5, "rate0.5", "rate0p5", {})
     assert dose.root == "results/credit_regimes/rate0.5/"
+
+
+def test_a_dose_of_the_world_itself_is_set_as_written_and_shares_no_world(config, schema):
+    """Doses of the misconception rate share the world; doses of a world setting do not, and an
+    integer key stays an integer."""
+    assert share_world(dose_configs(config, schema))
+    config["doses"] = {"key": "world.seed", "levels": [1234, 99], "at": []}
+    doses = dose_configs(config, schema)
+    assert [d.config["world"]["seed"] for d in doses] == [1234, 99]
+    assert all(isinstance(d.config["world"]["seed"], int) for d in doses)
+    assert [d.label for d in doses] == ["seed1234", "seed99"]
+    assert not share_world(doses)

@@ -29,7 +29,12 @@ from rredcot.data.registry import (  # noqa: E402
     registry_entry,
 )
 from rredcot.configfiles import swallowed_target_error  # noqa: E402
-from rredcot.doses import DOSE_FIGURE, DOSE_TABLE, dose_configs  # noqa: E402
+from rredcot.doses import (
+    DOSE_FIGURE,
+    DOSE_TABLE,
+    dose_configs,
+    share_world,
+)  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
@@ -615,14 +620,20 @@ def builds_regime_table() -> bool:
     return all(REGIME_TABLE in workflow.globals[d.module].all_targets() for d in DOSES)
 
 
+def shared_world_tables() -> list[str]:
+    """The world tables every dose's copy of the world must hold alike: all of them when the
+    doses share the world's settings, none when the dose varies the world itself."""
+    return WORLD_TABLES if share_world(DOSES) else []
+
+
 def credit_regime_inputs(wildcards) -> dict[str, list[str]]:
-    """Every dose's comparison (and regime table), and its world, which must be the others'."""
+    """Every dose's comparison (and regime table), and its world when the doses share one."""
     inputs = {
         "comparisons": [d.path("results/method_comparison.csv") for d in DOSES],
         "worlds": [
             d.path(f"results/data/world/{t}.parquet")
             for d in DOSES
-            for t in WORLD_TABLES
+            for t in shared_world_tables()
         ],
     }
     if builds_regime_table():

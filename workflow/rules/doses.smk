@@ -1,9 +1,9 @@
 # A dose-response (config key `doses`; the doses and the input functions are in common.smk):
 # the workflow once per level of one config key, each a Snakemake module of this Snakefile whose
 # paths use its own directory (results/credit_regimes/<name><level>/) in place of results/, then
-# the dose-response table. Rules of a dose are named after it (rate0p6_train_policy, ...). The
-# world is generated once per dose from the same settings (seconds); the table's rule checks that
-# the files are identical.
+# the dose-response table. Rules of a dose are named after it (rate0p6_train_policy, ...). Each
+# dose generates its own copy of the world (seconds); when the doses share the world's settings,
+# the table's rule checks that the copies are identical files.
 
 for _dose in DOSES:
     dose_module = _dose.module
@@ -51,7 +51,7 @@ rule credit_regimes:
                 "key": config["doses"]["key"],
                 "levels": [d.level for d in DOSES],
                 "regime": builds_regime_table(),
-                "world_tables": WORLD_TABLES,
+                "world_tables": shared_world_tables(),
                 "mde_target": config["doses"]["mde_target"],
                 "reference": "grpo",
             }

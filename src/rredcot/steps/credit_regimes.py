@@ -30,9 +30,12 @@ def main() -> None:
     )
     if len(levels) != len(args.roots):
         raise ValueError(f"{len(levels)} levels but {len(args.roots)} dose directories")
-    world_dirs = {str(root): root / "data" / "world" for root in args.roots}
-    check_same_world({r: [d / f"{t}.parquet" for t in world] for r, d in world_dirs.items()})
-    log.info("the %d doses share one world (%s)", len(levels), ", ".join(world))
+    if world:  # the doses share the world's settings: its copies must be the same files
+        world_dirs = {str(root): root / "data" / "world" for root in args.roots}
+        check_same_world({r: [d / f"{t}.parquet" for t in world] for r, d in world_dirs.items()})
+        log.info("the %d doses share one world (%s)", len(levels), ", ".join(world))
+    else:
+        log.info("the doses vary the world's settings; their worlds are not compared")
     pairs = zip(args.roots, levels, strict=True)
     doses = [read_dose(root, float(level), regime) for root, level in pairs]
     table = credit_regimes(doses, key, float(target), reference)

@@ -23,20 +23,16 @@ import sys
 import time
 from pathlib import Path
 
+import polars as pl
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rredcot.data.error_kinds import first_error_kind  # noqa: E402
 from rredcot.data.misconceptions import Misconception  # noqa: E402
-from rredcot.data.synthetic import (  # noqa: E402
-    Program,
-    SplitSpec,
-    extract_answer,
-    make_world,
-    world_config,
-)
+from rredcot.data.synthetic import SplitSpec, make_world, world_config  # noqa: E402
+from rredcot.evaluation.grading import grade_generations  # noqa: E402
+from rredcot.evaluation.regime import PolicyEvaluation, regime_row  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
 from rredcot.models.sft import demonstrations, heldout_demonstrations, run_sft  # noqa: E402
 from rredcot.models.sft_settings import sft_block  # noqa: E402
@@ -44,43 +40,41 @@ from rredcot.models.tiny import build_tiny_model  # noqa: E402
 from rredcot.models.tokenizer import build_byte_tokenizer  # noqa: E402
 from rredcot.tasks import get_task  # noqa: E402
 
-
-def rule_applies(program: Program, misconception: Misconception) -> bool:
-    """Does the right solution of `program` have a step where the rule changes the value?"""
-    values = program.values()
-    return any(
-        misconception.value(s.op, values[s.left], values[s.right], program.modulus) is not None
-        for s in program.steps
-    )
+SUMMARY = (
+    "greedy_pass1", "greedy_luck", "greedy_systematic_share",
+    "t1_pass1", "t1_luck", "t1_systematic_share", "rule_applies_share",
+)  # fmt: skip
 
 
 def evaluate(model_dir: Path, rows: list[dict], misconception: Misconception, k: int) -> dict:
-    """Greedy and T = 1 pass@1, luck and the systematic share of the errors of one base."""
+    """Greedy and T = 1 pass@1, luck and the systematic share of the errors of one policy, by
+    the grader and `rredcot.evaluation.regime`, as the workflow's regime table computes them."""
     task = get_task("synthetic")
     backend = backend_from_settings({"backend": "hf", "dtype": "float32"}, str(model_dir))
+    problems = pl.DataFrame(rows)
     prompts = [task.build_prompt(r["problem"]) for r in rows]
-    programs = [Program.from_json(r["program"]) for r in rows]
-    out: dict[str, float] = {}
-    for label, n, temperature in (("greedy", 1, 0.0), ("t1", k, 1.0)):
+    frames = []
+    for n, temperature in ((k, 1.0), (1, 0.0)):  # the world's protocol (T = 1), then greedy
         sampling = SamplingParams(
             n=n, temperature=temperature, top_p=1.0, max_new_tokens=128, seed=0,
             stop_strings=tuple(task.stop_strings),
         )  # fmt: skip
-        right = lucky = wrong = systematic = 0
-        for c in backend.generate(prompts, sampling):
-            prog = programs[c.prompt_index]
-            ok = extract_answer(c.text) == prog.answer
-            kind = first_error_kind(prog, c.text, misconception)  # the checker's verdict
-            right += ok
-            lucky += ok and kind != "correct"
-            wrong += kind != "correct"
-            systematic += kind == "systematic"
-        total = len(rows) * n
-        out[f"{label}_pass1"] = right / total
-        out[f"{label}_luck"] = lucky / total
-        out[f"{label}_systematic_share"] = systematic / wrong if wrong else float("nan")
-    out["rule_applies_share"] = sum(rule_applies(p, misconception) for p in programs) / len(rows)
-    return out
+        done = backend.generate(prompts, sampling)
+        generations = pl.DataFrame(
+            {
+                "problem_id": [rows[c.prompt_index]["id"] for c in done],
+                "sample_index": [c.sample_index for c in done],
+                "method": ["probe"] * len(done),
+                "seed": [0] * len(done),
+                "num_tokens": [c.num_tokens for c in done],
+                "finish_reason": [c.finish_reason for c in done],
+                "text": [c.text for c in done],
+            }
+        )
+        grades = grade_generations(generations, problems, task, show_progress=False)
+        frames += [grades, generations]
+    row = regime_row(PolicyEvaluation(*frames), problems, misconception)
+    return {key: row[key] for key in SUMMARY}
 
 
 def main() -> None:

@@ -190,6 +190,8 @@ def test_dry_run_requests_what_the_config_says(
         # train_policy exec's it, so a scheduler's SIGTERM reaches the trainer
         assert not gpus or job.shell.removeprefix("exec ").startswith(wrapper)
     assert not cluster_calls(calls)
+    # real benchmarks and no world curve split: no regime table, no greedy evaluation
+    assert not {j.rule for j in runs} & {"regime_table", "generate_greedy", "grade_greedy"}
     if config.name.startswith("paper_"):
         check_official_baselines(runs)
     check_every_method_trains_the_configured_steps(config, runs)
@@ -285,6 +287,53 @@ def test_the_default_variants_change_only_their_own_runs(
     assert params["rredcot_conditional"]["credit"] == params["rredcot"]["credit"]
     joint = dict(params["rredcot_conditional"]["rredcot"], answer_now="joint")
     assert joint == params["rredcot"]["rredcot"]  # nothing else of the estimator changed
+
+
+def test_the_default_dag_decodes_every_policy_greedily_for_the_regime_table(
+    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    """config.yaml: one greedy generation (temperature 0, one sample) and its grading per
+    (method, seed) on the curve split, beside the sampled ones, and one regime table reading
+    them all."""
+    bin_dir, _ = no_slurm_clients
+    proc = dry_run(REPO / "config.yaml", tmp_path, bin_dir)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = parse_jobs(proc.stdout)
+    policies = {
+        (j.wildcards["method"], j.wildcards["seed"]) for j in jobs if j.rule == "train_policy"
+    }
+    policies.add(("base", "0"))
+    for rule in ("generate_greedy", "grade_greedy"):
+        mine = [j for j in jobs if j.rule == rule]
+        assert {j.wildcards["benchmark"] for j in mine} == {"synth_id"}, rule
+        assert sorted((j.wildcards["method"], j.wildcards["seed"]) for j in mine) == sorted(
+            policies
+        ), rule
+    split = [j for j in jobs if j.wildcards.get("benchmark") == "synth_id"]
+    for job in (j for j in split if j.rule in ("generate_greedy", "generate")):
+        params = json.loads(re.search(r"--params '([^']*)'", job.shell).group(1))
+        got = (params["temperature"], params["top_p"], params["samples_per_problem"])
+        assert got == ((0.0, 1.0, 1) if job.rule == "generate_greedy" else (1.0, 1.0, 4)), job
+        assert ("/greedy/" in job.shell) == (job.rule == "generate_greedy"), job.shell
+    (table,) = [j for j in jobs if j.rule == "regime_table"]
+    for method, seed in policies:
+        assert f"results/eval/{method}/seed{seed}/synth_id/greedy/grades.parquet" in table.shell
+    summary = next(j for j in jobs if j.rule == "summary")
+    assert "--regime-table results/regime_table.csv" in summary.shell
+
+
+def test_a_curve_split_sampled_at_another_temperature_stops_the_regime_table(
+    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    """The regime table's T = 1 columns read the curve split's protocol: another temperature
+    stops the run at load time, naming the key."""
+    bin_dir, _ = no_slurm_clients
+    overlay = tmp_path / "t06.yaml"
+    overlay.write_text("evaluation: {per_benchmark: {synth_id: {temperature: 0.6}}}\n")
+    proc = dry_run(overlay, tmp_path, bin_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Building DAG of jobs" not in out, out[-2000:]
+    assert "config key 'evaluation.per_benchmark.synth_id'" in out, out[-2000:]
 
 
 def test_a_context_too_long_for_the_vllm_share_stops_at_load_time(

@@ -121,6 +121,27 @@ def test_learning_curves_and_the_paired_comparison(smoke_run):
     assert (workdir / "results/figures/learning_curves.png").stat().st_size > 10_000
 
 
+def test_the_regime_table_sets_greedy_beside_t1_for_every_policy(smoke_run):
+    """A row per policy and one per method pooled over seeds; pass@1 recomputed from the kept
+    sampled and greedy grades (one greedy sample per problem); no misconception, no shares."""
+    workdir, _ = smoke_run
+    table = pl.read_csv(workdir / "results" / "regime_table.csv", infer_schema_length=None)
+    policies = ["base", *METHODS]
+    assert table.select("method", "seed").rows() == [
+        *((m, "0") for m in policies),
+        *((m, "all") for m in policies),
+    ]
+    for row in table.filter(pl.col("seed") == "0").iter_rows(named=True):
+        at = workdir / f"results/eval/{row['method']}/seed0/synth_id"
+        sampled, greedy = (
+            pl.read_parquet(at / f) for f in ("grades.parquet", "greedy/grades.parquet")
+        )
+        assert row["t1_pass1"] == pytest.approx(sampled["reward"].mean())
+        assert row["greedy_pass1"] == pytest.approx(greedy["reward"].mean())
+        assert greedy.height == row["n_problems"] and row["greedy_k"] == 1
+        assert row["t1_systematic_share"] is None and row["misconception"] == "none"
+
+
 def test_the_benchmark_comparison_pairs_final_grades(smoke_run):
     """Every method − base and every other method − GRPO on each benchmark, recomputed from the
     kept grades (one seed: the bootstrap's verdict, no t interval)."""

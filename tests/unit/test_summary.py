@@ -113,6 +113,17 @@ def write_tables(root: Path) -> dict[str, Path]:
             "n_traces": [387, 387, 110],
         }  # fmt: skip
     ).write_csv(paths["error_localization"])
+    regime = ["method", "seed", "greedy_pass1", "t1_pass1", "t1_luck", "greedy_systematic_share",
+              "t1_systematic_share"]  # fmt: skip
+    pl.DataFrame(
+        [
+            ("base", "0", 0.51, 0.356, 0.05, 0.97, 0.53),
+            ("grpo", "all", 0.66, 0.568, 0.02, 0.9, 0.69),
+            ("base", "all", 0.51, 0.356, 0.05, 0.97, 0.53),
+        ],
+        schema=regime,
+        orient="row",
+    ).write_csv(paths["regime_table"])
     return paths
 
 
@@ -145,6 +156,14 @@ def test_the_studies_headlines_keep_the_default_mc_and_the_null_row(tmp_path):
     assert "mc_n4" not in localization  # another trace set
 
 
+def test_the_regime_line_states_the_bases_greedy_and_t1_figures(tmp_path):
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    section = text.split("## Greedy and T = 1 on the curve split")[1]
+    assert "Base: pass@1 greedy 0.510, T = 1 0.356 (luck 0.050)" in section
+    assert "systematic share of its errors greedy 0.970, T = 1 0.530" in section
+    assert "0.568" not in section  # one line: the base's, pooled
+
+
 def test_the_run_the_cost_and_the_time_are_stated(tmp_path):
     text = render_summary(
         read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", ["configs/smoke.yaml"]
@@ -175,6 +194,7 @@ def test_every_value_the_docs_may_quote_is_printed_as_the_summary_prints_it(tmp_
     assert values["comparison/rredcot/auc/difference"] == "+0.004"
     assert values["localization/random/top1"] == "0.184"
     assert values["cost/rredcot/tokens_ratio"] == "4.70"
+    assert values["regime/base/greedy_pass1"] == "0.510"
     missing = {k: v for k, v in values.items() if v not in text}
     assert not missing
 

@@ -332,6 +332,17 @@ def eval_settings(benchmark: str, generates: bool = True) -> dict:
     return ev
 
 
+def greedy_settings(benchmark: str, generates: bool = True) -> dict:
+    """A benchmark's evaluation settings decoded greedily: one sample at temperature 0 (the
+    regime table's greedy pass@1; the hf backend then takes the argmax, vLLM too)."""
+    return {
+        **eval_settings(benchmark, generates),
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "samples_per_problem": 1,
+    }
+
+
 def generation_backend() -> dict:
     """The settings a generating step needs to build its backend (`evaluation` block; its
     `vllm` block under backend vllm only, max_model_len from the config's lengths when null:
@@ -456,6 +467,37 @@ if CURVE_SPLIT is not None and CURVE_SPLIT not in WORLD_SPLITS:
     )
 
 
+# The regime table (greedy and T = 1 pass@1, luck, systematic-error share of every policy) is
+# built on the curve split, a world split whose protocol is the RL temperature (T = 1, no
+# nucleus), whenever there are runs to compare with the base.
+REGIME_TABLE = "results/regime_table.csv"
+BUILDS_REGIME_TABLE = CURVE_SPLIT is not None and bool(TRAINING_METHODS)
+if BUILDS_REGIME_TABLE:
+    _t1 = eval_settings(CURVE_SPLIT, generates=False)
+    if (_t1["temperature"], _t1["top_p"]) != (1.0, 1.0):
+        raise ConfigError(
+            f"config key 'evaluation.per_benchmark.{CURVE_SPLIT}': the curve split is scored at "
+            f"temperature {_t1['temperature']}, top_p {_t1['top_p']}; the regime table's T = 1 "
+            "columns read it, so set {temperature: 1.0, top_p: 1.0} (or training.curve.split "
+            "null, or score another protocol on a split of its own)"
+        )
+
+
+def regime_inputs(wildcards) -> dict:
+    """What the regime table reads: every policy's generations and grades on the curve split,
+    sampled (the split's protocol) and greedy, in `methods_and_seeds` order, and the split.
+    """
+    paths = {
+        f"{protocol}_{kind}": [
+            f"results/eval/{m}/seed{s}/{CURVE_SPLIT}/{sub}{kind}.parquet"
+            for m, s in methods_and_seeds()
+        ]
+        for protocol, sub in (("t1", ""), ("greedy", "greedy/"))
+        for kind in ("generations", "grades")
+    }
+    return {**paths, "problems": problem_table(CURVE_SPLIT)}
+
+
 def curve_settings() -> dict:
     """`CurveSettings` of the runs: `training.curve.every` + the split's evaluation protocol."""
     from dataclasses import asdict
@@ -554,6 +596,8 @@ def run_targets() -> list[str]:
                 "results/figures/learning_curves.png",
                 "results/method_comparison.csv",
             ]
+        if BUILDS_REGIME_TABLE:
+            training.append(REGIME_TABLE)
     return (
         [f"results/{b}_table.csv" for b in config["benchmarks"]]
         + training
@@ -611,12 +655,11 @@ def configfiles_given() -> list[str]:
 # The dose-response (config key `doses`, workflow/rules/doses.smk): the workflow once per dose,
 # each a module of the Snakefile in a directory of its own; none without the key.
 DOSES = dose_configs(config, CONFIG_SCHEMA) if config["doses"] else []
-# each dose's regime table is read where the dose's workflow builds one
-REGIME_TABLE = "results/regime_table.csv"
 
 
 def builds_regime_table() -> bool:
-    """Whether every dose's workflow builds results/regime_table.csv (its module's targets)."""
+    """Whether every dose's workflow builds its regime table (REGIME_TABLE among its module's
+    targets), which the dose-response then reads."""
     return all(REGIME_TABLE in workflow.globals[d.module].all_targets() for d in DOSES)
 
 

@@ -62,3 +62,45 @@ rule grade:
     shell:
         "python -m rredcot.steps.grade --generations {input.generations} "
         "--problems {input.problems} --params {params.settings} --out {output.grades} > {log} 2>&1"
+
+
+# Greedy decoding of every policy on the curve split (one sample at temperature 0): the regime
+# table sets its pass@1 beside the split's sampled protocol, so a gain that vanishes greedily
+# reads as sharpening. The jobs take the resources of `generate` and `grade`.
+use rule generate as generate_greedy with:
+    output:
+        generations="results/eval/{method}/seed{seed}/{benchmark}/greedy/generations.parquet",
+    log:
+        "results/logs/generate_greedy/{method}/seed{seed}/{benchmark}.log",
+    benchmark:
+        "results/benchmarks/generate_greedy/{method}/seed{seed}/{benchmark}.tsv"
+    params:
+        gpu_job=GPU_JOB,
+        policy=policy_path,
+        settings=lambda w: arg(
+            {
+                **greedy_settings(w.benchmark),
+                "task": task_of(w.benchmark),
+                "seed": EVAL_SEED,
+                "run_seed": int(w.seed),
+            }
+        ),
+
+
+use rule grade as grade_greedy with:
+    input:
+        generations=rules.generate_greedy.output.generations,
+        problems=benchmark_data,
+    output:
+        grades="results/eval/{method}/seed{seed}/{benchmark}/greedy/grades.parquet",
+    log:
+        "results/logs/grade_greedy/{method}/seed{seed}/{benchmark}.log",
+    benchmark:
+        "results/benchmarks/grade_greedy/{method}/seed{seed}/{benchmark}.tsv"
+    params:
+        settings=lambda w: arg(
+            {
+                "task": task_of(w.benchmark),
+                **greedy_settings(w.benchmark, generates=False),
+            }
+        ),

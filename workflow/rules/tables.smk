@@ -178,6 +178,44 @@ rule learning_curves:
         "--comparison {output.comparison} > {log} 2>&1"
 
 
+rule regime_table:
+    input:
+        unpack(regime_inputs),
+    output:
+        table=report(
+            REGIME_TABLE,
+            caption="../report/regime_table.rst",
+            category="Training",
+        ),
+    log:
+        "results/logs/regime_table.log",
+    benchmark:
+        "results/benchmarks/regime_table.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("regime_table", "cpus_per_task")
+    resources:
+        mem_mb=res("regime_table", "mem_mb"),
+        runtime=res("regime_table", "runtime"),
+    params:
+        settings=arg(
+            {
+                "split": CURVE_SPLIT,
+                # the tiny base's demonstrations hold it; a fetched model's were not ours
+                "misconception": (
+                    config["sft"]["misconception"] if uses_tiny_model() else None
+                ),
+                "bootstrap_resamples": config["evaluation"]["bootstrap_resamples"],
+                "seed": config["seed"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.regime_table --t1-grades {input.t1_grades} "
+        "--t1-generations {input.t1_generations} --greedy-grades {input.greedy_grades} "
+        "--greedy-generations {input.greedy_generations} --problems {input.problems} "
+        "--params {params.settings} --out {output.table} > {log} 2>&1"
+
+
 rule summary:
     input:
         unpack(summary_tables),

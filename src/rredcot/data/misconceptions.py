@@ -94,3 +94,12 @@ class Misconception:
     def value(self, op: str, x: int, y: int, modulus: int) -> int | None:
         """`misconceived_value` under this block's rule."""
         return misconceived_value(self.rule, op, x, y, modulus)
+
+
+def rule_applies(program: Program, misconception: Misconception) -> bool:
+    """Does the right solution of `program` have a step where the rule changes the value?"""
+    values = program.values()
+    return any(
+        misconception.value(s.op, values[s.left], values[s.right], program.modulus) is not None
+        for s in program.steps
+    )

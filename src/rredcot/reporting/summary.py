@@ -29,7 +29,10 @@ TABLES = {
     "estimator_agreement": ("estimator_agreement.csv", "agreement with the MC ground truth"),
     "answer_now_rule": ("answer_now_rule.json", "the pre-registered answer-now rule"),
     "error_localization": ("error_localization.csv", "error localization"),
+    "regime_table": ("regime_table.csv", "greedy and T = 1 pass@1, systematic-error share"),
 }
+REGIME_FIGURES = ("greedy_pass1", "t1_pass1", "t1_luck", "greedy_systematic_share",
+                  "t1_systematic_share")  # fmt: skip
 REFERENCE = "grpo"
 MINUS = "\u2212"
 
@@ -152,6 +155,12 @@ def localization_headline(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("trace_set") == "all_incorrect").sort("top1", descending=True)
 
 
+def regime_headline(table: pl.DataFrame) -> dict | None:
+    """The base's row of the regime table (pooled over its seeds), None when it has none."""
+    rows = table.filter((pl.col("method") == "base") & (pl.col("seed").cast(pl.String) == "all"))
+    return rows.row(0, named=True) if rows.height else None
+
+
 def summary_values(
     tables: Mapping[str, pl.DataFrame | dict | None], times: JobTimes, machine: str, commit: str
 ) -> dict[str, str]:
@@ -198,6 +207,11 @@ def summary_values(
             values[f"localization/{r['estimator']}/ci"] = interval(
                 r["top1_ci95_low"], r["top1_ci95_high"]
             ).replace("+", "")
+    regime = tables.get("regime_table")
+    base = regime_headline(regime) if isinstance(regime, pl.DataFrame) else None
+    if base is not None:
+        for figure in REGIME_FIGURES:
+            values[f"regime/base/{figure}"] = plain(base[figure])
     return values
 
 
@@ -348,6 +362,19 @@ def _localization(table: pl.DataFrame) -> list[str]:
     ]
 
 
+def _regime(table: pl.DataFrame) -> list[str]:
+    base = regime_headline(table)
+    if base is None:
+        return ["No row of the base policy.", ""]
+    v = {figure: plain(base[figure]) for figure in REGIME_FIGURES}
+    return [
+        f"Base: pass@1 greedy {v['greedy_pass1']}, T = 1 {v['t1_pass1']} (luck {v['t1_luck']}); "
+        f"systematic share of its errors greedy {v['greedy_systematic_share']}, T = 1 "
+        f"{v['t1_systematic_share']}. Every policy's row is in the file.",
+        "",
+    ]
+
+
 SECTIONS = (
     (f"Comparisons with {REFERENCE} along training", "method_comparison", _comparisons),
     ("Final policies on each benchmark", "benchmark_comparison", _benchmarks),
@@ -356,6 +383,7 @@ SECTIONS = (
     ("Estimator agreement with the Monte Carlo ground truth", "estimator_agreement", _agreement),
     ("The pre-registered answer-now rule", "answer_now_rule", _answer_now),
     ("Error localization", "error_localization", _localization),
+    ("Greedy and T = 1 on the curve split", "regime_table", _regime),
 )
 
 

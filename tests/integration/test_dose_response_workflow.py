@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOSES = {"rate0": 0.0, "rate0.6": 0.6, "rate0.8": 0.8}
@@ -24,11 +25,12 @@ MODULES = {"rate0": "rate0", "rate0.6": "rate0p6", "rate0.8": "rate0p8"}
 # before the dose-response: a change to config.yaml's methods, seeds or benchmarks changes them.
 DEFAULT_JOBS = {
     "synthetic_world": 1, "sft_base_model": 1, "study_pool": 1, "generate": 58,
-    "reference_solutions": 3, "grade": 58, "study_traces": 1, "train_policy": 28,
-    "study_ground_truth": 1, "study_mc": 1, "study_scored": 1, "training_report": 1,
-    "study_agreement": 1, "study_correlation": 1, "study_localization": 1, "study_sweep": 1,
-    "study_truncation": 1, "benchmark_comparison": 1, "benchmark_table": 2,
-    "learning_curves": 1, "main_table": 1, "summary": 1, "all": 1,
+    "generate_greedy": 29, "reference_solutions": 3, "grade": 58, "grade_greedy": 29,
+    "study_traces": 1, "train_policy": 28, "study_ground_truth": 1, "study_mc": 1,
+    "study_scored": 1, "training_report": 1, "study_agreement": 1, "study_correlation": 1,
+    "study_localization": 1, "study_sweep": 1, "study_truncation": 1, "benchmark_comparison": 1,
+    "benchmark_table": 2, "learning_curves": 1, "regime_table": 1, "main_table": 1, "summary": 1,
+    "all": 1,
 }  # fmt: skip
 
 
@@ -109,21 +111,24 @@ def test_one_command_runs_every_dose_and_one_aggregation(listing):
     assert "synthetic_world" not in counts and "train_policy" not in counts  # no plain results/
 
 
-def test_each_dose_is_the_positive_control_at_its_rate(listing, work, mirror):
-    """Per dose, the same jobs as configs/positive_control.yaml alone (MC's runs added at 0.8),
-    its SFT at its own rate, every path of its jobs under its own directory."""
-    control = job_counts(
-        dry_run(work, mirror, "--configfile", str(REPO / "configs/positive_control.yaml"))
-    )
-    control.pop("all")
+def test_each_dose_is_the_positive_control_at_its_rate(listing, work, mirror, tmp_path):
+    """Per dose, the same jobs as configs/positive_control.yaml alone (at 0.8 with that level's
+    `doses.at` config over it: MC's runs), its SFT at its own rate, every path of its jobs under
+    its own directory."""
+    control = str(REPO / "configs/positive_control.yaml")
+    at = yaml.safe_load((REPO / "configs/credit_regimes.yaml").read_text())["doses"]["at"]
+    assert [a["level"] for a in at] == [0.8]
+    (tmp_path / "at.yaml").write_text(yaml.safe_dump(at[0]["config"]))
+    plain = job_counts(dry_run(work, mirror, "--configfile", control))
+    with_mc = job_counts(dry_run(work, mirror, "--configfile", control, str(tmp_path / "at.yaml")))
+    assert with_mc["train_policy"] == plain["train_policy"] + 3
     counts = job_counts(listing)
-    mc = {"train_policy": 3, "generate": 9, "grade": 9}  # 3 seeds x (synth_id, ood, t06)
     for label, module in MODULES.items():
         mine = {
             r.removeprefix(f"{module}_"): n for r, n in counts.items() if r.startswith(module + "_")
         }
-        extra = mc if label == "rate0.8" else {}
-        assert mine == {r: n + extra.get(r, 0) for r, n in control.items()}, label
+        want = with_mc if label == "rate0.8" else plain
+        assert mine == {r: n for r, n in want.items() if r != "all"}, label
     for rule, block in jobs(listing):
         module = rule.split("_", 1)[0]
         if rule in ("all", "credit_regimes"):
@@ -153,6 +158,8 @@ def test_the_aggregation_reads_every_dose(listing):
     for label in DOSES:
         assert f"results/credit_regimes/{label}/method_comparison.csv" in block
         assert f"results/credit_regimes/{label}/data/world/train.parquet" in block
+        assert f"results/credit_regimes/{label}/regime_table.csv" in block  # each dose builds one
+    assert '"regime": true' in block
     assert "--table results/credit_regimes.csv" in block
     assert "--figure results/figures/credit_regimes.png" in block
     assert "log: results/logs/credit_regimes.log" in block

@@ -15,8 +15,8 @@ conservative of the two), the seed SD and the minimum detectable effect at 80% p
 target. Where each dose built `regime_table.csv`, the base policy's row of it (greedy and T = 1
 pass@1, systematic share of its errors) is added to the dose's rows.
 
-The doses differ only in what the dose key sets: the world is generated once per dose, from the
-same settings, and `check_same_world` requires its files to be identical.
+Each dose generates its own copy of the world; when the doses share the world's settings (only
+the SFT and what follows differ), `check_same_world` requires the copies to be identical files.
 """
 
 from __future__ import annotations

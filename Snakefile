@@ -67,6 +67,16 @@ else:
     include: "workflow/rules/evaluation.smk"
     include: "workflow/rules/tables.smk"
 
+    # A dose of a dose-response runs these rules under its own names and directory: the
+    # plain workflow checks their benchmark paths and prices a run.
+    if not IN_DOSE:
+        # Every benchmark file names its rule, so a snapshot's job times can price a later run.
+        check_benchmark_paths(benchmark_patterns())
+
+        # Before the first job (never on a dry run): the run's expected time on this machine.
+        onstart:
+            log_expected_time()
+
     rule all:
         default_target: True
         input:

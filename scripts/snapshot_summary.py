@@ -1,5 +1,6 @@
 """Copy a finished run's results/SUMMARY.md and the tables it read into docs/snapshots/<machine>/
-(with values.json, every number under its key), so the docs can quote them and
+(with values.json, every number under its key; job_times.csv and timing.json, which price later
+runs of the same config at their start), so the docs can quote them and
 tests/unit/test_docs_numbers.py can hold every quoted number to the run.
 
     python scripts/snapshot_summary.py [--results results] [--dest docs/snapshots] [--slug NAME]
@@ -25,8 +26,14 @@ def main() -> None:
     )
     p.add_argument("--dest", type=Path, default=REPO / "docs" / "snapshots")
     p.add_argument("--slug", help="the snapshot's name (default: from the summary's machine)")
+    p.add_argument(
+        "--calibration",
+        type=float,
+        help="seconds of `python -m rredcot.timing` on the run's machine (default: measured "
+        "here, which must be that machine class; best while it is otherwise idle)",
+    )
     args = p.parse_args()
-    dest = take_snapshot(args.results, args.dest, args.slug)
+    dest = take_snapshot(args.results, args.dest, args.slug, args.calibration)
     print(f"wrote {dest}: {', '.join(sorted(p.name for p in dest.iterdir()))}")
 
 

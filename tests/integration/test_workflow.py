@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,13 @@ def test_the_summary_states_the_runs_tables_and_times(smoke_run):
     for method in METHODS[1:]:
         assert f"| {method} − grpo | auc" in text, method
     assert "- Config: `config.yaml` + `configs/smoke.yaml`" in text
+
+
+def test_a_run_without_a_snapshot_of_its_config_says_so_at_its_start(smoke_run):
+    _, proc = smoke_run
+    assert (
+        "expected time: no measured reference for this config (config.yaml + configs/smoke.yaml)"
+    ) in proc.stderr
 
 
 def test_real_aime24_graded_offline_from_the_mirror(smoke_aime24):
@@ -503,3 +511,46 @@ def test_a_target_written_after_configfile_stops_naming_the_fix(repo, tmp_path, 
         repo, tmp_path, "-n", "--configfile", smoke, "--", "results/answer_now_rule.json"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_run_logs_its_expected_time_before_its_first_job(
+    repo, tmp_path, run_snakemake, no_mirror_env
+):
+    """Two cheap jobs, the world and the study pool that waits for it, priced against a made-up
+    snapshot of a smoke run: the line comes before the first job and its wall time is their
+    chain's (not the longer job's alone); a dry run (which never calibrates) logs none."""
+    from rredcot import timing
+
+    snapshot = tmp_path / "snapshots" / "fake"
+    snapshot.mkdir(parents=True)
+    jobs = [
+        timing.JobTime("synthetic_world", "synthetic_world", wall_s=3000.0, cpu_s=1.0),
+        timing.JobTime("study_pool", "studies/study_pool", wall_s=6000.0, cpu_s=1.0),
+    ]
+    timing.write_job_times(jobs, snapshot / timing.JOB_TIMES)
+    (snapshot / timing.TIMING).write_text(
+        json.dumps(
+            {
+                "calibration_s": 0.001,  # far faster than any machine: hours to read here
+                "calibration_workload": timing.calibration_workload(),
+                "configfiles": ["configs/smoke.yaml"],
+            }
+        )
+    )
+    env = {**no_mirror_env, "RREDCOT_SNAPSHOTS": str(tmp_path / "snapshots")}
+    args = ("--configfile", str(repo / "configs" / "smoke.yaml"), "--cores", "1")
+    target = "results/data/world/study_pool.parquet"
+    dry = run_snakemake(repo, tmp_path, *args, "-n", target, env=env)
+    assert dry.returncode == 0 and "expected" not in dry.stderr, dry.stderr[-3000:]
+    proc = run_snakemake(repo, tmp_path, *args, target, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("expected: ~"))
+    match = re.fullmatch(
+        r"expected: ~[\d,]+ CPU s, ~(\d+) h (\d+) min wall on 1 core "
+        r"\(reference: fake, calibration ratio (\d+\.\d\d)\)",
+        line,
+    )
+    assert match, line
+    hours, minutes, ratio = int(match[1]), int(match[2]), float(match[3])
+    assert abs(60 * hours + minutes - 9000 * ratio / 60) <= 2, line  # 3000 s, then 6000 s
+    assert proc.stderr.index(line) < proc.stderr.index("localrule synthetic_world")

@@ -17,6 +17,7 @@ from rredcot.reporting.snapshot import (
     take_snapshot,
 )
 from rredcot.reporting.summary import TABLES, JobTimes, read_tables, render_summary, summary_values
+from rredcot.timing import calibration_workload
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "docs" / "snapshots"
@@ -46,21 +47,51 @@ def fake_run(root: Path) -> Path:
     write_benchmark(results / "benchmarks" / "a.tsv", ("60", "90"))
     write_benchmark(results / "benchmarks" / "summary.tsv", ("1", "1"))
     times = JobTimes(jobs=1, wall_seconds=60.0, cpu_seconds=90.0, cpu_missing=0)
-    text = render_summary(read_tables(paths), times, MACHINE, "abc123", [])
+    text = render_summary(
+        read_tables(paths), times, MACHINE, "abc123", ["configs/positive_control.yaml"]
+    )
     (results / "SUMMARY.md").write_text(text + "\n")
     return results
 
 
 def test_a_snapshot_copies_the_summary_its_tables_and_every_value(tmp_path):
     results = fake_run(tmp_path)
-    dest = take_snapshot(results, tmp_path / "snapshots")
+    dest = take_snapshot(results, tmp_path / "snapshots", calibration=0.25)
     assert dest.name == "amd-epyc-9b45-family-26-model-2-stepping-0-avx512" == machine_slug(MACHINE)
     assert {p.name for p in dest.iterdir()} == {
-        "SUMMARY.md", "values.json", *(file for file, _ in TABLES.values())
+        "SUMMARY.md", "values.json", "job_times.csv", "timing.json",
+        *(file for file, _ in TABLES.values()),
     }  # fmt: skip
     values = json.loads((dest / "values.json").read_text())
     assert values["comparison/rredcot/auc/difference"] == "+0.004"
     assert values["jobs"] == "1" and values["commit"] == "abc123"
+
+
+def test_a_snapshot_keeps_every_jobs_time_the_calibration_and_the_configs(tmp_path):
+    """job_times.csv holds every job of the run, the summary's own included (it ran too)."""
+    results = fake_run(tmp_path)
+    dest = take_snapshot(results, tmp_path / "snapshots", calibration=0.25)
+    assert (dest / "job_times.csv").read_text().splitlines() == [
+        "rule,key,wall_s,cpu_s",
+        "a,a,60.0000,90.00",
+        "summary,summary,1.0000,1.00",
+    ]
+    assert json.loads((dest / "timing.json").read_text()) == {
+        "calibration_s": 0.25,
+        "calibration_workload": calibration_workload(),
+        "configfiles": ["configs/positive_control.yaml"],
+        "machine": MACHINE,
+        "commit": "abc123",
+    }
+
+
+def test_a_snapshot_calibrates_only_on_the_machine_class_of_the_run(tmp_path):
+    results = fake_run(tmp_path)
+    summary = results / "SUMMARY.md"
+    summary.write_text(summary.read_text().replace(MACHINE, "Imaginary CPU; torch 2.0 NEON"))
+    with pytest.raises(ValueError, match="take the snapshot on the run's machine"):
+        take_snapshot(results, tmp_path / "snapshots")
+    assert not (tmp_path / "snapshots").exists()  # nothing half-written
 
 
 def test_a_summary_older_than_its_tables_is_refused(tmp_path):
@@ -74,7 +105,7 @@ def test_a_summary_older_than_its_tables_is_refused(tmp_path):
 def test_a_stated_number_that_differs_from_its_snapshot_fails(tmp_path):
     results = fake_run(tmp_path)
     snapshots = tmp_path / "snapshots"
-    slug = take_snapshot(results, snapshots, "m1").name
+    slug = take_snapshot(results, snapshots, "m1", calibration=0.25).name
     values = summary_values(
         read_tables({n: results / f for n, (f, _) in TABLES.items()}),
         JobTimes(1, 60.0, 90.0, 0), MACHINE, "abc123",

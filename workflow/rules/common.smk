@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from rredcot.doses import (
     dose_configs,
     share_world,
 )  # noqa: E402
+from rredcot.timing import check_benchmark_paths  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
@@ -655,6 +657,9 @@ def configfiles_given() -> list[str]:
 # The dose-response (config key `doses`, workflow/rules/doses.smk): the workflow once per dose,
 # each a module of the Snakefile in a directory of its own; none without the key.
 DOSES = dose_configs(config, CONFIG_SCHEMA) if config["doses"] else []
+# Whether this is one dose's workflow: a Snakemake module, whose modifier has a namespace (the
+# plain workflow's has none).
+IN_DOSE = workflow.modifier.namespace is not None
 
 
 def builds_regime_table() -> bool:
@@ -688,3 +693,75 @@ def dose_targets() -> list[str]:
     """The targets of a dose-response (config key `doses`), the table and figure and each
     dose's summary, which its workflow writes last."""
     return [DOSE_TABLE, DOSE_FIGURE, *(d.path(SUMMARY) for d in DOSES)]
+
+
+# The expected time of a run (rredcot.timing): the measured job times of a snapshot of a run of
+# the same config files (docs/snapshots/, or $RREDCOT_SNAPSHOTS: one's own snapshots), scaled
+# to this machine by a short calibration.
+SNAPSHOTS = Path(
+    os.environ.get("RREDCOT_SNAPSHOTS", "").strip()
+    or Path(workflow.basedir) / "docs" / "snapshots"
+)
+
+
+def benchmark_patterns() -> dict[str, str]:
+    """Every rule's benchmark path pattern, by rule name (rules without one left out)."""
+    from snakemake.io import strip_wildcard_constraints
+
+    return {
+        r.name: strip_wildcard_constraints(str(r.benchmark))
+        for r in workflow.rules
+        if r.benchmark is not None
+    }
+
+
+def log_expected_time() -> None:
+    """Log `expected_time_line()` through Snakemake's logger (console and its log file)."""
+    from snakemake.logging import logger
+
+    logger.info(expected_time_line())
+
+
+def expected_time_line() -> str:
+    """The line a run logs before its first job: the expected CPU seconds and wall time of the
+    jobs that will run, or why there is none. Jobs and what each waits for come from the DAG
+    Snakemake built (`needrun_jobs()`, the call its own job stats use, and
+    `job_dependencies()`), so a resumed run prices only what is left. Under a cluster executor jobs run on other machines than this one, which
+    a calibration here would measure: no estimate."""
+    from snakemake.exceptions import WorkflowError
+
+    from rredcot import timing
+
+    if not workflow.local_exec:
+        return (
+            "expected time: not estimated under a cluster executor (jobs run on other machines "
+            "than this one); measured job times per snapshot: docs/snapshots/*/job_times.csv"
+        )
+    try:
+        dag = workflow.dag
+        keys = {
+            job: timing.benchmark_key(job.benchmark)
+            for job in dag.needrun_jobs()
+            if job.benchmark is not None
+        }
+        after = {
+            key: [keys[d] for d in dag.job_dependencies(job) if d in keys]
+            for job, key in keys.items()
+        }
+        return timing.expected_time(
+            [(job.rule.name, key) for job, key in keys.items()],
+            SNAPSHOTS,
+            configfiles_given(),
+            workflow.cores,
+            lambda: timing.calibrate_in_subprocess(SRC),
+            after,
+        )
+    except (
+        AttributeError,  # Snakemake's DAG without needrun_jobs (pinned: 9.27.1)
+        RuntimeError,
+        ValueError,
+        OSError,
+        subprocess.TimeoutExpired,
+        WorkflowError,
+    ) as err:
+        return f"expected time: not estimated ({err})"

@@ -6,7 +6,9 @@ slug) and the key of `rredcot.reporting.summary.summary_values`:
     <!-- snapshot:SLUG/comparison/rredcot/auc/difference -->+0.004<!-- /snapshot -->
 
 `take_snapshot` copies the run's SUMMARY.md and the tables it read into
-`docs/snapshots/<machine-slug>/` with `values.json` (every key and value); `mismatches` lists every
+`docs/snapshots/<machine-slug>/` with `values.json` (every key and value), `job_times.csv` (each
+job's wall and CPU seconds) and `timing.json` (the machine's calibration and the run's config
+files), which price later runs of the same config (`rredcot.timing`); `mismatches` lists every
 marked number that differs from its snapshot, or names a snapshot that does not exist.
 """
 
@@ -18,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from rredcot import timing
 from rredcot.reporting.summary import TABLES, job_times, read_tables, summary_values
 
 MARK = re.compile(
@@ -51,10 +54,34 @@ def _summary_field(text: str, field: str, path: Path) -> str:
     return match.group(1).strip()
 
 
-def take_snapshot(results: Path, snapshots: Path, slug: str | None = None) -> Path:
+def summary_configfiles(text: str, path: Path) -> list[str]:
+    """The config files a summary says its run read over config.yaml (`- Config:` line)."""
+    names = re.findall(r"`([^`]+)`", _summary_field(text, "Config", path))
+    return names[1:] if names[:1] == ["config.yaml"] else names
+
+
+def calibrate_on(machine: str) -> float:
+    """`timing.calibrate()` here, refused unless this is the machine class the summary names (a
+    calibration of another machine would misprice every later run)."""
+    from rredcot.machine import machine_info, machine_label
+
+    here = machine_label(machine_info())
+    if machine_slug(here) != machine_slug(machine):
+        raise ValueError(
+            f"the run ran on {machine!r}, this is {here!r}: take the snapshot on the run's "
+            "machine, or give its calibration (`python -m rredcot.timing` there)"
+        )
+    return timing.calibrate()
+
+
+def take_snapshot(
+    results: Path, snapshots: Path, slug: str | None = None, calibration: float | None = None
+) -> Path:
     """Copy `results/SUMMARY.md` and the tables it read into `snapshots/<slug>/` (the slug of
-    the machine the summary names, unless given), with `values.json`. Refuses a summary that no
-    longer states what its tables and timing files say (a table rebuilt after it)."""
+    the machine the summary names, unless given), with `values.json`, the run's job times and
+    this machine's `calibration` seconds (measured now unless given: take the snapshot on the
+    machine that ran the run). Refuses a summary that no longer states what its tables and
+    timing files say (a table rebuilt after it)."""
     summary = results / "SUMMARY.md"
     if not summary.is_file():
         raise FileNotFoundError(f"{summary}: no summary; run the workflow to the end first")
@@ -71,12 +98,23 @@ def take_snapshot(results: Path, snapshots: Path, slug: str | None = None) -> Pa
         raise ValueError(
             f"{summary} does not state what its tables now say ({stale[:5]}); rerun it"
         )
+    if calibration is None:
+        calibration = calibrate_on(machine)
+    measured = {
+        "calibration_s": calibration,
+        "calibration_workload": timing.calibration_workload(),
+        "configfiles": summary_configfiles(text, summary),
+        "machine": machine,
+        "commit": commit,
+    }
     dest = snapshots / (slug or machine_slug(machine))
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(summary, dest / "SUMMARY.md")
     for path in paths.values():
         shutil.copy2(path, dest / path.name)
     (dest / VALUES).write_text(json.dumps(values, indent=1, ensure_ascii=False) + "\n")
+    timing.write_job_times(timing.benchmark_jobs(bench), dest / timing.JOB_TIMES)
+    (dest / timing.TIMING).write_text(json.dumps(measured, indent=1) + "\n")
     return dest
 
 

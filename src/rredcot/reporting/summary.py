@@ -19,6 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.data.schema import read_json, read_table
+from rredcot.timing import benchmark_jobs
 
 # The tables the summary reads: name -> (file under results/, what it holds).
 TABLES = {
@@ -49,23 +50,14 @@ class JobTimes:
 
 def job_times(benchmarks: Path, exclude: Path | None = None) -> JobTimes:
     """Sum every `*.tsv` benchmark file under `benchmarks` but `exclude` (the summary's own, from
-    an earlier run of it); Snakemake's format: a header, one row per repeat, columns `s` and
-    `cpu_time`, `NA` where it could not measure."""
-    files = sorted(benchmarks.rglob("*.tsv")) if benchmarks.is_dir() else []
-    if exclude is not None:
-        files = [f for f in files if f.resolve() != exclude.resolve()]
-    wall = cpu = 0.0
-    missing = 0
-    for path in files:
-        table = read_table(path, separator="\t", null_values=["NA", "-"], infer_schema=False)
-        for column in ("s", "cpu_time"):
-            if column not in table.columns:
-                raise ValueError(f"{path}: no column {column!r}; not a Snakemake benchmark file")
-        wall += sum(float(v) for v in table["s"].drop_nulls())
-        cpus = table["cpu_time"]
-        missing += int(cpus.null_count() > 0)
-        cpu += sum(float(v) for v in cpus.drop_nulls())
-    return JobTimes(len(files), wall, cpu, missing)
+    an earlier run of it), as `rredcot.timing.benchmark_jobs` reads them."""
+    jobs = benchmark_jobs(benchmarks, exclude)
+    return JobTimes(
+        jobs=len(jobs),
+        wall_seconds=sum(j.wall_s for j in jobs),
+        cpu_seconds=sum(j.cpu_s for j in jobs if j.cpu_s is not None),
+        cpu_missing=sum(j.cpu_s is None for j in jobs),
+    )
 
 
 def git_commit(repo: Path) -> str:
@@ -284,8 +276,22 @@ def _benchmarks(table: pl.DataFrame) -> list[str]:
 
 
 def _main_table(table: pl.DataFrame) -> list[str]:
-    columns = [c for c in table.columns if c != "machine"]
-    return _markdown(columns, [list(r) for r in table.select(columns).iter_rows()])
+    """pass@1 per method and benchmark, three decimals, with the file's 95% interval beside it
+    (the seeds' spread stays in the file)."""
+    benchmarks = [
+        c for c in table.columns
+        if f"{c}_ci95_low" in table.columns and f"{c}_ci95_high" in table.columns
+    ]  # fmt: skip
+    rows = [
+        [r["method"], *(f"{plain(r[b])} ({plain(r[f'{b}_ci95_low'])} … "
+                        f"{plain(r[f'{b}_ci95_high'])})" for b in benchmarks)]
+        for r in table.iter_rows(named=True)
+    ]  # fmt: skip
+    return [
+        "Mean over seeds, with the 95% interval of `results/main_table.csv`.",
+        "",
+        *_markdown(["method", *benchmarks], rows),
+    ]
 
 
 def _cost(table: pl.DataFrame) -> list[str]:

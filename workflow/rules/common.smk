@@ -30,6 +30,12 @@ from rredcot.data.registry import (  # noqa: E402
     registry_entry,
 )
 from rredcot.configfiles import swallowed_target_error  # noqa: E402
+from rredcot.doses import (
+    DOSE_FIGURE,
+    DOSE_TABLE,
+    dose_configs,
+    share_world,
+)  # noqa: E402
 from rredcot.timing import check_benchmark_paths  # noqa: E402
 from rredcot.training_rules import run_settings  # noqa: E402
 
@@ -41,10 +47,10 @@ if _swallowed is not None:
 
 # The config against workflow/schemas/config.schema.yaml, defaults filled in, once: our check
 # names the offending key and what is allowed (snakemake.utils.validate would repeat it).
-validate_config(
-    config,
-    load_schema(Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"),
+CONFIG_SCHEMA = load_schema(
+    Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 )
+validate_config(config, CONFIG_SCHEMA)
 
 # Every job's conda environment under `--use-conda`: the CPU one, or envs/rredcot-gpu.yaml
 # (CUDA torch, vLLM, DeepSpeed) on GPU nodes. Relative to this file, as `conda:` wants it.
@@ -300,8 +306,10 @@ def policy_input(wildcards):
     )
 
 
-def policy_path(wildcards) -> str:
-    return policy_input(wildcards)["model"]
+def policy_path(wildcards, input) -> str:
+    """The checkpoint a job generates with: its input `model` (params are not moved into a
+    dose's directory, inputs are: workflow/rules/doses.smk)."""
+    return input.model
 
 
 def uses_vllm_block(generates: bool) -> bool:
@@ -644,6 +652,47 @@ def configfiles_given() -> list[str]:
         path = Path(f).resolve()
         out.append(str(path.relative_to(base)) if base in path.parents else str(path))
     return out
+
+
+# The dose-response (config key `doses`, workflow/rules/doses.smk): the workflow once per dose,
+# each a module of the Snakefile in a directory of its own; none without the key.
+DOSES = dose_configs(config, CONFIG_SCHEMA) if config["doses"] else []
+# Whether this is one dose's workflow: a Snakemake module, whose modifier has a namespace (the
+# plain workflow's has none).
+IN_DOSE = workflow.modifier.namespace is not None
+
+
+def builds_regime_table() -> bool:
+    """Whether every dose's workflow builds its regime table (REGIME_TABLE among its module's
+    targets), which the dose-response then reads."""
+    return all(REGIME_TABLE in workflow.globals[d.module].all_targets() for d in DOSES)
+
+
+def shared_world_tables() -> list[str]:
+    """The world tables every dose's copy of the world must hold alike: all of them when the
+    doses share the world's settings, none when the dose varies the world itself."""
+    return WORLD_TABLES if share_world(DOSES) else []
+
+
+def credit_regime_inputs(wildcards) -> dict[str, list[str]]:
+    """Every dose's comparison (and regime table), and its world when the doses share one."""
+    inputs = {
+        "comparisons": [d.path("results/method_comparison.csv") for d in DOSES],
+        "worlds": [
+            d.path(f"results/data/world/{t}.parquet")
+            for d in DOSES
+            for t in shared_world_tables()
+        ],
+    }
+    if builds_regime_table():
+        inputs["regimes"] = [d.path(REGIME_TABLE) for d in DOSES]
+    return inputs
+
+
+def dose_targets() -> list[str]:
+    """The targets of a dose-response (config key `doses`), the table and figure and each
+    dose's summary, which its workflow writes last."""
+    return [DOSE_TABLE, DOSE_FIGURE, *(d.path(SUMMARY) for d in DOSES)]
 
 
 # The expected time of a run (rredcot.timing): the measured job times of a snapshot of a run of

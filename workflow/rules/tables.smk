@@ -240,7 +240,12 @@ rule summary:
         settings=arg({"configfiles": configfiles_given()}),
         tables=lambda wildcards, input: summary_args(input),
         repo=shlex.quote(workflow.basedir),
-        own_benchmark=SUMMARY_BENCHMARK,
+        # the timing files of this workflow's directory (results/, or a dose's in its place)
+        benchmarks=lambda w, output: str(Path(output.summary).parent / "benchmarks"),
+        own_benchmark=lambda w, output: str(
+            Path(output.summary).parent
+            / Path(SUMMARY_BENCHMARK).relative_to("results")
+        ),
     shell:
-        "python -m rredcot.steps.summary {params.tables} --benchmarks results/benchmarks "
+        "python -m rredcot.steps.summary {params.tables} --benchmarks {params.benchmarks} "
         "--own-benchmark {params.own_benchmark} --repo {params.repo} --params {params.settings} --out {output.summary} > {log} 2>&1"

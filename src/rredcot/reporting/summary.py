@@ -152,6 +152,16 @@ def regime_rows(table: pl.DataFrame) -> list[dict]:
     return list(table.filter(pl.col("seed").cast(pl.String) == "all").iter_rows(named=True))
 
 
+def _difference_values(key: str, r: Mapping) -> dict[str, str]:
+    """A paired comparison's difference, both intervals and verdict, as the summary prints them."""
+    return {
+        f"{key}/difference": signed(r["difference"]),
+        f"{key}/bootstrap_ci": interval(r["ci95_low"], r["ci95_high"]),
+        f"{key}/seed_t_ci": interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"]),
+        f"{key}/verdict": str(r["verdict"]),
+    }
+
+
 def summary_values(
     tables: Mapping[str, pl.DataFrame | dict | None], times: JobTimes, machine: str, commit: str
 ) -> dict[str, str]:
@@ -167,20 +177,13 @@ def summary_values(
     if isinstance(comparisons, pl.DataFrame):
         for r in pooled_comparisons(comparisons).iter_rows(named=True):
             key = f"comparison/{r['method']}/{r['measure']}"
-            values[f"{key}/difference"] = signed(r["difference"])
-            values[f"{key}/bootstrap_ci"] = interval(r["ci95_low"], r["ci95_high"])
-            values[f"{key}/seed_t_ci"] = interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"])
-            values[f"{key}/verdict"] = str(r["verdict"])
+            values |= _difference_values(key, r)
             values[f"{key}/seeds"] = str(r["seeds"])
             values[f"{key}/mde80"] = plain(r["mde80"])
     benchmarks = tables.get("benchmark_comparison")
     if isinstance(benchmarks, pl.DataFrame):
         for r in _benchmark_rows(benchmarks):
-            key = f"benchmark/{r['benchmark']}/{r['method']}"
-            values[f"{key}/difference"] = signed(r["difference"])
-            values[f"{key}/bootstrap_ci"] = interval(r["ci95_low"], r["ci95_high"])
-            values[f"{key}/seed_t_ci"] = interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"])
-            values[f"{key}/verdict"] = str(r["verdict"])
+            values |= _difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
     cost = tables.get("compute_cost")
     if isinstance(cost, pl.DataFrame):
         for r in cost.iter_rows(named=True):

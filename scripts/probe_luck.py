@@ -22,9 +22,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from probe_misconception import development_world  # noqa: E402  (scripts/ is on the path)
+
 from rredcot.data.error_kinds import first_error_kind  # noqa: E402
 from rredcot.data.misconceptions import Misconception  # noqa: E402
-from rredcot.data.synthetic import SplitSpec, check_response, make_world, world_config  # noqa: E402
+from rredcot.data.synthetic import check_response  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
 from rredcot.tasks import get_task  # noqa: E402
 
@@ -40,13 +42,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     w = yaml.safe_load(args.config.read_text())["world"]
-    split = w["splits"]["synth_id"]
-    tables = make_world(
-        SplitSpec(w["train"]["n"], tuple(w["train"]["depths"])),
-        {"synth_id": SplitSpec(split["n"], tuple(split["depths"]))},
-        args.seed,
-        world_config(w),
-    )
+    tables = development_world(w, args.seed)
     rows = list(tables["synth_id"].iter_rows(named=True))
     task = get_task("synthetic")
     backend = backend_from_settings({"backend": "hf", "dtype": "float32"}, str(args.model))

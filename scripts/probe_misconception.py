@@ -77,6 +77,17 @@ def evaluate(model_dir: Path, rows: list[dict], misconception: Misconception, k:
     return {key: row[key] for key in SUMMARY}
 
 
+def development_world(
+    w: dict, seed: int, train_n: int | None = None, eval_n: int | None = None
+) -> dict:
+    """The probe's world from a config's `world` block and a development seed: its SFT split
+    and `synth_id` only (sizes capped by `train_n` / `eval_n`)."""
+    train = SplitSpec(train_n or w["train"]["n"], tuple(w["train"]["depths"]))
+    split = w["splits"]["synth_id"]
+    benchmarks = {"synth_id": SplitSpec(eval_n or split["n"], tuple(split["depths"]))}
+    return make_world(train, benchmarks, seed, world_config(w))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--config", type=Path, default=ROOT / "config.yaml")
@@ -91,11 +102,7 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = yaml.safe_load(args.config.read_text())
-    w = config["world"]
-    train = SplitSpec(args.train_n or w["train"]["n"], tuple(w["train"]["depths"]))
-    split = w["splits"]["synth_id"]
-    benchmarks = {"synth_id": SplitSpec(args.eval_n or split["n"], tuple(split["depths"]))}
-    tables = make_world(train, benchmarks, args.seed, world_config(w))
+    tables = development_world(config["world"], args.seed, args.train_n, args.eval_n)
     eval_rows = list(tables["synth_id"].iter_rows(named=True))
     sft = dict(config["sft"])
     if args.max_steps:

@@ -186,6 +186,25 @@ def test_the_summary_states_the_runs_tables_and_times(smoke_run):
     assert "- Config: `config.yaml` + `configs/smoke.yaml`" in text
 
 
+def test_the_report_captions_carry_the_runs_numbers(
+    smoke_run, repo, run_snakemake, no_mirror_env, tmp_path
+):
+    """`snakemake --report` after the run: the captions that state numbers include the
+    fragments the summary wrote (rredcot.reporting.captions), e.g. the run's own job count."""
+    workdir, _ = smoke_run
+    fragment = (workdir / "results" / "report" / "summary.rst").read_text()
+    jobs = re.search(r"Jobs: (\d+);", fragment).group(1)
+    report = tmp_path / "report.html"
+    proc = run_snakemake(
+        repo, workdir, "--configfile", str(repo / "configs" / "smoke.yaml"),
+        "--report", str(report), env=no_mirror_env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    html = report.read_text()
+    assert f"Jobs: {jobs}; summed CPU" in html
+    assert "rredcot − grpo, area under the held-out curve (primary)" in html
+
+
 def test_a_run_without_a_snapshot_of_its_config_says_so_at_its_start(smoke_run):
     _, proc = smoke_run
     assert (

@@ -30,6 +30,7 @@ from rredcot.data.registry import (  # noqa: E402
     registry_entry,
 )
 from rredcot.configfiles import swallowed_target_error  # noqa: E402
+from rredcot.reporting.captions import CAPTIONS  # noqa: E402
 from rredcot.doses import (
     DOSE_FIGURE,
     DOSE_TABLE,
@@ -612,6 +613,8 @@ def run_targets() -> list[str]:
 
 
 SUMMARY = "results/SUMMARY.md"
+# The report captions that state their numbers include these fragments, which the summary writes.
+CAPTION_FRAGMENTS = list(CAPTIONS)
 # The summary sums every job's timing file but its own (from an earlier run of it).
 SUMMARY_BENCHMARK = "results/benchmarks/summary.tsv"
 

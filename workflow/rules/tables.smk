@@ -226,6 +226,8 @@ rule summary:
             caption="../report/summary.rst",
             category="Summary",
         ),
+        # the numbers the report's captions include (rredcot.reporting.captions)
+        captions=expand("results/report/{name}.rst", name=CAPTION_FRAGMENTS),
     log:
         "results/logs/summary.log",
     benchmark:
@@ -242,10 +244,12 @@ rule summary:
         repo=shlex.quote(workflow.basedir),
         # the timing files of this workflow's directory (results/, or a dose's in its place)
         benchmarks=lambda w, output: str(Path(output.summary).parent / "benchmarks"),
+        captions=lambda w, output: str(Path(output.captions[0]).parent),
         own_benchmark=lambda w, output: str(
             Path(output.summary).parent
             / Path(SUMMARY_BENCHMARK).relative_to("results")
         ),
     shell:
         "python -m rredcot.steps.summary {params.tables} --benchmarks {params.benchmarks} "
-        "--own-benchmark {params.own_benchmark} --repo {params.repo} --params {params.settings} --out {output.summary} > {log} 2>&1"
+        "--own-benchmark {params.own_benchmark} --repo {params.repo} --params {params.settings} --out {output.summary} "
+        "--captions {params.captions} > {log} 2>&1"

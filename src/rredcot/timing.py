@@ -311,7 +311,9 @@ def candidates(
     snapshots: Path, configfiles: Sequence[str]
 ) -> dict[str, tuple[float, list[JobTime]]]:
     """The snapshots of a run with exactly these config files (over config.yaml, in order) and
-    today's calibration workload: name -> (calibration seconds, job times)."""
+    today's calibration workload: name -> (calibration seconds, job times). A snapshot whose
+    timing.json names a `superseded_by` (its config files changed after the run: other steps,
+    seeds or settings under the same names) is a record, never a reference."""
     found = {}
     for directory in sorted(p for p in snapshots.glob("*") if p.is_dir()):
         read = read_reference(directory)
@@ -321,6 +323,7 @@ def candidates(
         if (
             spec["configfiles"] == list(configfiles)
             and spec["calibration_workload"] == calibration_workload()
+            and not spec.get("superseded_by")
         ):
             found[directory.name] = (float(spec["calibration_s"]), jobs)
     return found

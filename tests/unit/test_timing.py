@@ -112,6 +112,7 @@ def test_the_reference_is_a_snapshot_of_the_same_configs_nearest_in_calibration(
     snapshot(tmp_path, "slow", 3.0, pc)
     snapshot(tmp_path, "default", 2.2, [])  # another config: never used for this one
     snapshot(tmp_path, "old", 2.4, pc, calibration_workload="qwen3-fb-other")
+    snapshot(tmp_path, "unfrozen", 2.5, pc, superseded_by="slow")  # same names, older settings
     (tmp_path / "values_only").mkdir()  # a snapshot without job times
     assert timing.pick_reference(tmp_path, pc, 2.5).name == "slow"
     assert timing.pick_reference(tmp_path, pc, 1.2).name == "fast"

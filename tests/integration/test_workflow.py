@@ -573,3 +573,38 @@ def test_a_run_logs_its_expected_time_before_its_first_job(
     hours, minutes, ratio = int(match[1]), int(match[2]), float(match[3])
     assert abs(60 * hours + minutes - 9000 * ratio / 60) <= 2, line  # 3000 s, then 6000 s
     assert proc.stderr.index(line) < proc.stderr.index("localrule synthetic_world")
+
+
+def _job_stats(output: str) -> dict[str, int]:
+    """Jobs per rule from a dry run's "Job stats" table."""
+    block = output.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)$", block, flags=re.M))
+    return {rule: int(n) for rule, n in stats.items() if rule != "total"}
+
+
+def test_the_positive_control_dag_holds_only_what_the_summary_reads(
+    repo, tmp_path, run_snakemake, no_mirror_env
+):
+    """The quick run (`configs/positive_control.yaml`): every job of its default target is one
+    that the tables `results/SUMMARY.md` reads need (their rules' other outputs, such as the
+    figures, come with them); `summary` and `all` are the only jobs on top."""
+    from rredcot.reporting.summary import TABLES
+
+    config = str(repo / "configs" / "positive_control.yaml")
+    (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())  # as in a checkout
+    full = run_snakemake(
+        repo, tmp_path, "-n", "--forceall", "--configfile", config, env=no_mirror_env
+    )
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    everything = _job_stats(full.stdout + full.stderr)
+    built = yaml.safe_load((repo / "configs" / "positive_control.yaml").read_text())
+    assert not built["studies"]["enabled"]  # no study table: the summary's study rows say not run
+    tables = [
+        f"results/{TABLES[n][0]}"
+        for n in ("method_comparison", "benchmark_comparison", "main_table", "compute_cost")
+    ] + ["results/regime_table.csv"]
+    needed = run_snakemake(
+        repo, tmp_path, *tables, "-n", "--forceall", "--configfile", config, env=no_mirror_env
+    )
+    assert needed.returncode == 0, needed.stdout[-3000:] + needed.stderr[-3000:]
+    assert {**_job_stats(needed.stdout + needed.stderr), "summary": 1, "all": 1} == everything

@@ -37,6 +37,13 @@ VALUES = {
     "benchmark/synth_ood/rredcot/verdict": "better",
     "cost/rredcot/seconds_ratio": "1.68",
     "cost/rredcot/tokens_ratio": "4.84",
+    "agreement/credits/rredcot/rho": "0.289",
+    "agreement/credits/rredcot/ci": "0.25 … 0.33",
+    "agreement/credits/rredcot/verdict": "reference",
+    "agreement/credits/mc_4/rho": "0.201",
+    "agreement/credits/mc_4/ci": "0.15 … 0.25",
+    "agreement/credits/mc_4/verdict": "worse",
+    "agreement/credits/ceiling": "0.610",
     "regime/base/greedy_pass1": "0.445",
     "regime/base/t1_luck": "0.024",
 }
@@ -60,8 +67,17 @@ def test_every_fragment_states_this_runs_numbers_or_that_it_has_none():
     )
     assert "base: greedy pass@1 0.445; luck at T = 1 0.024" in fragments["regime_table"]
     assert "Jobs: 12; summed CPU 90 s (2 min)" in fragments["summary"]
-    for name in ("estimator_agreement", "error_localization"):  # not built by this "run"
-        assert "Not in this run" in fragments[name]
+    agreement = fragments["estimator_agreement"]
+    assert (
+        "credits, rredcot: mean per-trace Spearman ρ 0.289 (95% CI 0.25 … 0.33; the default)"
+        in (agreement)
+    )
+    assert (
+        "credits, mc_4: mean per-trace Spearman ρ 0.201 (95% CI 0.15 … 0.25; against it: worse)"
+        in (agreement)
+    )
+    assert "credits: ceiling (√reliability of the ground truth) 0.610" in agreement
+    assert "Not in this run" in fragments["error_localization"]  # not built by this "run"
 
 
 def _render(caption: Path, output: dict[str, str], cwd: Path) -> str:

@@ -99,10 +99,11 @@ def _agreement(values: Mapping[str, str]) -> list[str]:
         for estimator in _parts(values, f"agreement/{target}", 2):
             key = f"agreement/{target}/{estimator}"
             if f"{key}/rho" in values:
+                verdict = values[f"{key}/verdict"]
+                versus = "the default" if verdict == "reference" else f"against it: {verdict}"
                 lines.append(
                     f"- {target}, {estimator}: mean per-trace Spearman ρ {values[f'{key}/rho']} "
-                    f"(95% CI {values[f'{key}/ci']}; against the default: "
-                    f"{values[f'{key}/verdict']})"
+                    f"(95% CI {values[f'{key}/ci']}; {versus})"
                 )
         if ceiling is not None:
             lines.append(f"- {target}: ceiling (√reliability of the ground truth) {ceiling}")

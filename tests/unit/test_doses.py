@@ -45,7 +45,8 @@ def test_each_level_sets_the_key_and_only_its_own_overrides(config, schema):
         assert d.config["training"]["credit"] == config["training"]["credit"]
     low, _, high = doses
     assert low.config["training"]["methods"] == ["grpo", "oracle_step", "rredcot"]
-    assert low.config["training"]["seeds"] == [1, 2, 3, 4, 5]
+    assert low.config["training"]["seeds"] == [6, 7, 8, 9, 10]  # the positive control's
+    assert high.config["training"]["seeds"] == [6, 7, 8]  # mc's three; the others add 9 and 10
     assert low.config["training"]["mc"]["n_rollouts"] == config["training"]["mc"]["n_rollouts"]
     assert high.config["training"]["methods"] == ["grpo", "oracle_step", "rredcot", "mc"]
     assert high.config["training"]["mc"] == {**config["training"]["mc"], "n_rollouts": 8}

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-MINUS = "\u2212"
+from rredcot.reporting.summary import MINUS, REFERENCE, REGIME_FIGURES
+
 # Endpoints of method_comparison.csv in the order the captions state them (primary first).
 ENDPOINTS = (
     ("auc", "area under the held-out curve (primary)"),
@@ -20,13 +21,14 @@ ENDPOINTS = (
     ("final_equal_seconds", "equal wall seconds"),
     ("final_equal_tokens", "equal forward tokens"),
 )
-REGIME_FIGURES = (
-    ("greedy_pass1", "greedy pass@1"),
-    ("t1_pass1", "T = 1 pass@1"),
-    ("t1_luck", "luck at T = 1"),
-    ("greedy_systematic_share", "systematic share of greedy errors"),
-    ("t1_systematic_share", "systematic share at T = 1"),
-)
+# How a caption names each of the summary's regime figures (`REGIME_FIGURES`, in its order).
+REGIME_LABELS = {
+    "greedy_pass1": "greedy pass@1",
+    "t1_pass1": "T = 1 pass@1",
+    "t1_luck": "luck at T = 1",
+    "greedy_systematic_share": "systematic share of greedy errors",
+    "t1_systematic_share": "systematic share at T = 1",
+}
 
 
 def _parts(values: Mapping[str, str], prefix: str, position: int) -> list[str]:
@@ -57,7 +59,7 @@ def _comparisons(values: Mapping[str, str]) -> list[str]:
                 continue
             seeds, mde = values.get(f"{key}/seeds", "?"), values.get(f"{key}/mde80", "?")
             lines.append(
-                f"- {method} {MINUS} grpo, {label}: {_difference(values, key)} "
+                f"- {method} {MINUS} {REFERENCE}, {label}: {_difference(values, key)} "
                 f"({seeds} seeds; MDE at 80% power {mde})"
             )
     return lines
@@ -65,7 +67,7 @@ def _comparisons(values: Mapping[str, str]) -> list[str]:
 
 def _benchmarks(values: Mapping[str, str]) -> list[str]:
     return [
-        f"- {benchmark}, {method} {MINUS} grpo: "
+        f"- {benchmark}, {method} {MINUS} {REFERENCE}: "
         f"{_difference(values, f'benchmark/{benchmark}/{method}')}"
         for benchmark in _parts(values, "benchmark", 1)
         for method in _parts(values, f"benchmark/{benchmark}", 2)
@@ -84,8 +86,8 @@ def _regime(values: Mapping[str, str]) -> list[str]:
     return [
         f"- {method}: "
         + "; ".join(
-            f"{label} {values[f'regime/{method}/{figure}']}"
-            for figure, label in REGIME_FIGURES
+            f"{REGIME_LABELS[figure]} {values[f'regime/{method}/{figure}']}"
+            for figure in REGIME_FIGURES
             if f"regime/{method}/{figure}" in values
         )
         for method in _parts(values, "regime", 1)
@@ -144,10 +146,9 @@ def caption_fragments(values: Mapping[str, str]) -> dict[str, str]:
     """One reStructuredText fragment per caption in `CAPTIONS`: its numbers in this run."""
     fragments = {}
     for name, lines_of in CAPTIONS.items():
-        lines = lines_of(values)
-        body = lines if lines else ["Not in this run: the config did not build this table."]
-        fragments[name] = "\n".join(["**In this run** (from results/SUMMARY.md's values):", ""])
-        fragments[name] += "\n" + "\n".join(body) + "\n"
+        body = lines_of(values) or ["Not in this run: the config did not build this table."]
+        head = ["**In this run** (from results/SUMMARY.md's values):", ""]
+        fragments[name] = "\n".join([*head, *body]) + "\n"
     return fragments
 
 

@@ -1,6 +1,6 @@
-"""configs/credit_regimes.yaml is one DAG: the positive-control workflow once per misconception
-rate, each in its own directory with its own SFT base, then one aggregation; the default
-config's DAG is what it was before doses existed. Dry runs only (the dose-response itself takes
+"""configs/credit_regimes.yaml is one DAG: the quick default (config.yaml, the positive-control
+regime) once per misconception rate, each in its own directory with its own SFT base, then one
+aggregation; the default config's DAG holds no dose. Dry runs only (the dose-response itself takes
 hours)."""
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 DOSES = {"rate0": 0.0, "rate0.6": 0.6, "rate0.8": 0.8}
 MODULES = {"rate0": "rate0", "rate0.6": "rate0p6", "rate0.8": "rate0p8"}
 
-# The default config's jobs (config.yaml, `snakemake -n` in a fresh directory), as they were
-# before the dose-response: a change to config.yaml's methods, seeds or benchmarks changes them.
+# The default config's jobs (config.yaml, `snakemake -n` in a fresh directory): three methods
+# on five seeds, three benchmarks, no study: a change to config.yaml's methods, seeds or
+# benchmarks changes them.
 DEFAULT_JOBS = {
-    "synthetic_world": 1, "sft_base_model": 1, "study_pool": 1, "generate": 58,
-    "generate_greedy": 29, "reference_solutions": 3, "grade": 58, "grade_greedy": 29,
-    "study_traces": 1, "train_policy": 28, "study_ground_truth": 1, "study_mc": 1,
-    "study_scored": 1, "training_report": 1, "study_agreement": 1, "study_correlation": 1,
-    "study_localization": 1, "study_sweep": 1, "study_truncation": 1, "benchmark_comparison": 1,
-    "benchmark_table": 2, "learning_curves": 1, "regime_table": 1, "main_table": 1, "summary": 1,
-    "all": 1,
+    "synthetic_world": 1, "sft_base_model": 1, "generate": 48, "generate_greedy": 16,
+    "reference_solutions": 1, "grade": 48, "grade_greedy": 16, "train_policy": 15,
+    "training_report": 1, "benchmark_comparison": 1, "benchmark_table": 3, "learning_curves": 1,
+    "regime_table": 1, "main_table": 1, "summary": 1, "all": 1,
 }  # fmt: skip
 
 
@@ -111,16 +109,15 @@ def test_one_command_runs_every_dose_and_one_aggregation(listing):
     assert "synthetic_world" not in counts and "train_policy" not in counts  # no plain results/
 
 
-def test_each_dose_is_the_positive_control_at_its_rate(listing, work, mirror, tmp_path):
-    """Per dose, the same jobs as configs/positive_control.yaml alone (at 0.8 with that level's
-    `doses.at` config over it: MC's runs), its SFT at its own rate, every path of its jobs under
-    its own directory."""
-    control = str(REPO / "configs/positive_control.yaml")
+def test_each_dose_is_the_quick_default_at_its_rate(listing, work, mirror, tmp_path):
+    """Per dose, the same jobs as config.yaml alone (at 0.8 with that level's `doses.at` config
+    over it: MC's runs), its SFT at its own rate, every path of its jobs under its own
+    directory."""
     at = yaml.safe_load((REPO / "configs/credit_regimes.yaml").read_text())["doses"]["at"]
     assert [a["level"] for a in at] == [0.8]
     (tmp_path / "at.yaml").write_text(yaml.safe_dump(at[0]["config"]))
-    plain = job_counts(dry_run(work, mirror, "--configfile", control))
-    with_mc = job_counts(dry_run(work, mirror, "--configfile", control, str(tmp_path / "at.yaml")))
+    plain = job_counts(dry_run(work, mirror))
+    with_mc = job_counts(dry_run(work, mirror, "--configfile", str(tmp_path / "at.yaml")))
     assert with_mc["train_policy"] == plain["train_policy"] + 3
     counts = job_counts(listing)
     for label, module in MODULES.items():
@@ -150,7 +147,7 @@ def test_mc_runs_at_one_dose_with_eight_rollouts_and_its_own_steps(listing):
             assert rule == "rate0p8_train_policy"
             settings = json.loads(re.search(r"--params '([^']*)'", block).group(1))
             assert settings["mc"]["n_rollouts"] == 8
-            assert settings["max_steps"] == 30  # config.yaml's training.per_method.mc
+            assert settings["max_steps"] == 30  # the level's training.per_method.mc
 
 
 def test_the_aggregation_reads_every_dose(listing):
@@ -173,12 +170,11 @@ def test_the_default_dag_is_unchanged(work, mirror):
     ("text", "named"),
     [
         (
-            "extends: configs/positive_control.yaml\nrehearses: configs/one_gpu.yaml\n",
+            "extends: configs/full.yaml\nrehearses: configs/one_gpu.yaml\n",
             "config keys 'rehearses' and 'extends': set one",
         ),
         ("extends: configs/nope.yaml\n", "config key 'extends': 'configs/nope.yaml' is not"),
         (
-            "extends: configs/positive_control.yaml\n"
             "doses: {key: sft.misconception.rate, levels: [0, 0.6],\n"
             "        at: [{level: 0.8, config: {}}]}\n",
             "config key 'doses.at.0.level': 0.8 is not one of doses.levels",

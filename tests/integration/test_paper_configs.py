@@ -260,19 +260,19 @@ def test_slurm_profile_dry_run(
     assert not cluster_calls(calls)
 
 
-def test_the_default_variants_change_only_their_own_runs(
+def test_the_full_study_s_variants_change_only_their_own_runs(
     tmp_path: Path, no_slurm_clients: tuple[Path, Path]
 ) -> None:
-    """config.yaml's variants: rredcot_conditional scores the conditional answer-now (the
+    """configs/full.yaml's variants: rredcot_conditional scores the conditional answer-now (the
     default is the pre-registered joint), rredcot_center_group centers its credit,
     rredcot_own_path reads the oracle reference; every other run keeps the shared estimator and
     credit blocks."""
     bin_dir, _ = no_slurm_clients
-    proc = dry_run(REPO / "config.yaml", tmp_path, bin_dir)
+    proc = dry_run(REPO / "configs" / "full.yaml", tmp_path, bin_dir)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     params = {}
     for job in parse_jobs(proc.stdout):
-        if job.rule == "train_policy" and job.wildcards["seed"] == "1":
+        if job.rule == "train_policy" and job.wildcards["seed"] == "6":
             shell = re.search(r"--params '([^']*)'", job.shell).group(1)
             params[job.wildcards["method"]] = json.loads(shell)
     variants = {"rredcot_conditional", "rredcot_center_group", "rredcot_own_path"}

@@ -15,7 +15,7 @@ from snakemake.utils import update_config
 
 pytestmark = pytest.mark.slow
 
-METHODS = ["grpo", "rredcot", "mc", "rrpo", "srpo"]
+METHODS = ["grpo", "oracle_step", "rredcot", "mc", "rrpo", "srpo"]  # configs/smoke.yaml
 PROTOCOL = {
     "model",
     "method",
@@ -57,7 +57,8 @@ def test_every_method_trained_and_costed(smoke_run):
     assert main["method"].to_list() == ["base", *METHODS]
     curves = pl.read_csv(workdir / "results" / "training_curves.csv")
     assert set(curves["method"].unique()) == set(METHODS)
-    assert curves.group_by("method").agg(pl.col("step").max())["step"].to_list() == [2] * 5
+    last = curves.group_by("method").agg(pl.col("step").max())["step"]
+    assert last.to_list() == [2] * len(METHODS)
     cost = pl.read_csv(workdir / "results" / "compute_cost.csv")
     ratio = dict(cost.select("method", "seconds_ratio_to_grpo").rows())
     assert ratio["grpo"] == pytest.approx(1.0)
@@ -104,7 +105,7 @@ def test_learning_curves_and_the_paired_comparison(smoke_run):
     assert sorted(set(curves["step"])) == [0, 1, 2]
     base = pl.read_parquet(workdir / "results/eval/base/seed0/synth_id/grades.parquet")
     assert curves.filter(pl.col("step") == 0)["pass_at_1"].to_list() == pytest.approx(
-        [base["reward"].mean()] * 5
+        [base["reward"].mean()] * len(METHODS)
     )
     for m in METHODS:
         points = pl.read_csv(workdir / f"results/train/{m}/seed0/curve.csv")
@@ -124,7 +125,8 @@ def test_learning_curves_and_the_paired_comparison(smoke_run):
 
 def test_the_regime_table_sets_greedy_beside_t1_for_every_policy(smoke_run):
     """A row per policy and one per method pooled over seeds; pass@1 recomputed from the kept
-    sampled and greedy grades (one greedy sample per problem); no misconception, no shares."""
+    sampled and greedy grades (one greedy sample per problem); the smoke world's misconception
+    named, the systematic shares of the errors in [0, 1]."""
     workdir, _ = smoke_run
     table = pl.read_csv(workdir / "results" / "regime_table.csv", infer_schema_length=None)
     policies = ["base", *METHODS]
@@ -140,7 +142,8 @@ def test_the_regime_table_sets_greedy_beside_t1_for_every_policy(smoke_run):
         assert row["t1_pass1"] == pytest.approx(sampled["reward"].mean())
         assert row["greedy_pass1"] == pytest.approx(greedy["reward"].mean())
         assert greedy.height == row["n_problems"] and row["greedy_k"] == 1
-        assert row["t1_systematic_share"] is None and row["misconception"] == "none"
+        assert row["misconception"] == "smaller_from_larger" and row["t1_wrong"] > 0
+        assert 0.0 <= row["t1_systematic_share"] <= 1.0
 
 
 def test_the_benchmark_comparison_pairs_final_grades(smoke_run):
@@ -442,7 +445,7 @@ def test_lint_is_clean(repo, run_snakemake, stub_mirror):
 
 def test_a_variant_runs_its_method_with_its_settings_merged(repo, tmp_path, run_snakemake):
     """training.variants: an extra run named like a method, the method's settings with the
-    variant's merged key by key (credit.center changed, credit.mode kept)."""
+    variant's merged key by key (credit.center changed, credit.mode kept: smoke.yaml's mixed)."""
     extra = tmp_path / "variant.yaml"
     extra.write_text(
         "training:\n  credit: {center: none}\n  variants:\n    - {name: rredcot_center_group, "
@@ -458,7 +461,7 @@ def test_a_variant_runs_its_method_with_its_settings_merged(repo, tmp_path, run_
     variant = next(c for c in commands if "train/rredcot_center_group/" in c)
     plain = next(c for c in commands if "train/rredcot/" in c)
     assert '"method": "rredcot"' in variant and '"center": "group"' in variant
-    assert '"mode": "immediate"' in variant and '"center": "none"' in plain
+    assert '"mode": "mixed"' in variant and '"center": "none"' in plain
 
 
 def test_an_unknown_variant_method_stops_naming_the_key(repo, tmp_path, run_snakemake):
@@ -582,29 +585,25 @@ def _job_stats(output: str) -> dict[str, int]:
     return {rule: int(n) for rule, n in stats.items() if rule != "total"}
 
 
-def test_the_positive_control_dag_holds_only_what_the_summary_reads(
+def test_the_quick_default_dag_holds_only_what_the_summary_reads(
     repo, tmp_path, run_snakemake, no_mirror_env
 ):
-    """The quick run (`configs/positive_control.yaml`): every job of its default target is one
-    that the tables `results/SUMMARY.md` reads need (their rules' other outputs, such as the
+    """The quick default (`config.yaml`, no `--configfile`): every job of its default target is
+    one that the tables `results/SUMMARY.md` reads need (their rules' other outputs, such as the
     figures, come with them); `summary` and `all` are the only jobs on top."""
     from rredcot.reporting.summary import TABLES
 
-    config = str(repo / "configs" / "positive_control.yaml")
     (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())  # as in a checkout
-    full = run_snakemake(
-        repo, tmp_path, "-n", "--forceall", "--configfile", config, env=no_mirror_env
-    )
+    full = run_snakemake(repo, tmp_path, "-n", "--forceall", env=no_mirror_env)
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
     everything = _job_stats(full.stdout + full.stderr)
-    built = yaml.safe_load((repo / "configs" / "positive_control.yaml").read_text())
+    built = yaml.safe_load((repo / "config.yaml").read_text())
     assert not built["studies"]["enabled"]  # no study table: the summary's study rows say not run
+    assert everything["train_policy"] == len(built["training"]["methods"]) * 5
     tables = [
         f"results/{TABLES[n][0]}"
         for n in ("method_comparison", "benchmark_comparison", "main_table", "compute_cost")
     ] + ["results/regime_table.csv"]
-    needed = run_snakemake(
-        repo, tmp_path, *tables, "-n", "--forceall", "--configfile", config, env=no_mirror_env
-    )
+    needed = run_snakemake(repo, tmp_path, *tables, "-n", "--forceall", env=no_mirror_env)
     assert needed.returncode == 0, needed.stdout[-3000:] + needed.stderr[-3000:]
     assert {**_job_stats(needed.stdout + needed.stderr), "summary": 1, "all": 1} == everything

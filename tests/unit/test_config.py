@@ -208,18 +208,15 @@ def test_overrides_get_no_defaults_filled_in(schema, default):
     shared setting (here credit.mode) for that method."""
     default["training"]["credit"]["mode"] = "mixed"
     default["training"]["per_method"] = {"rredcot": {"credit": {"center": "group"}}}
+    variants = [
+        {"name": "rredcot_center_group", "method": "rredcot", "credit": {"center": "group"}},
+        {"name": "rredcot_conditional", "method": "rredcot",
+         "rredcot": {"answer_now": "conditional"}},
+    ]  # fmt: skip
+    default["training"]["variants"] = copy.deepcopy(variants)
     validate_config(default, schema)
     assert default["training"]["per_method"] == {"rredcot": {"credit": {"center": "group"}}}
-    assert default["training"]["variants"][0] == {
-        "name": "rredcot_center_group",
-        "method": "rredcot",
-        "credit": {"center": "group"},
-    }
-    assert default["training"]["variants"][1] == {
-        "name": "rredcot_conditional",
-        "method": "rredcot",
-        "rredcot": {"answer_now": "conditional"},
-    }
+    assert default["training"]["variants"] == variants
 
 
 def test_unknown_benchmark_and_per_benchmark_names_list_the_allowed(schema, default):
@@ -337,6 +334,7 @@ def test_the_joint_checks_leave_a_pretrained_model_s_sft_and_arch_alone(repo, sc
     ],
 )
 def test_extra_seeds_are_checked_naming_the_key(default, schema, extra, message) -> None:
+    default["training"]["seeds"] = [1, 2, 3]
     default["training"]["extra_seeds"] = extra
     with pytest.raises(ConfigError, match=message):
         validate_config(default, schema)

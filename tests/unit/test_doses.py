@@ -19,10 +19,10 @@ def schema(repo):
 
 @pytest.fixture(scope="module")
 def shipped(repo, schema) -> dict:
-    """config.yaml, then configs/positive_control.yaml, then configs/credit_regimes.yaml, merged
-    as Snakemake merges them (the `extends` chain), validated."""
+    """config.yaml, then configs/credit_regimes.yaml, merged as Snakemake merges them,
+    validated."""
     config: dict = {}
-    for name in ("config.yaml", "configs/positive_control.yaml", "configs/credit_regimes.yaml"):
+    for name in ("config.yaml", "configs/credit_regimes.yaml"):
         config = merge(config, yaml.safe_load((repo / name).read_text()))
     return validate_config(config, schema)
 

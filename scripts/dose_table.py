@@ -79,7 +79,7 @@ def main() -> None:
                     continue
                 key = f"comparison/{method}/{name}"
                 cells = [marker(slug, values, f"{key}/{k}") for k in ROW]
-                shown = label if name in ("auc", "final") else f"{label}, {name}"
+                shown = label if name in ("auc", "final") else f"{name} (its own steps)"
                 print(f"| {level} | {method} − grpo | {shown} | " + " | ".join(cells) + " |")
 
 

@@ -17,10 +17,11 @@ import argparse
 import json
 from pathlib import Path
 
+from rredcot.reporting.credit_regimes import AREA, FINAL
+from rredcot.reporting.snapshot import VALUES
+
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOTS = REPO / "docs" / "snapshots"
-AREA = ("auc", "auc_equal_steps")
-FINAL = ("final", "final_equal_steps")
 ROW = ("difference", "bootstrap_ci", "seed_t_ci", "verdict", "seeds", "mde80")
 BASE = ("greedy_pass1", "t1_pass1", "t1_luck", "greedy_systematic_share", "t1_systematic_share")
 
@@ -58,7 +59,7 @@ def main() -> None:
         level, sep, slug = item.partition("=")
         if not sep:
             raise SystemExit(f"{item!r}: expected LEVEL=SNAPSHOT")
-        path = args.snapshots / slug / "values.json"
+        path = args.snapshots / slug / VALUES
         doses.append((level, slug, json.loads(path.read_text())))
 
     header = ("base greedy pass@1", "base T = 1 pass@1", "luck", "systematic: greedy", "T = 1")

@@ -168,9 +168,28 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")
 VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
 """Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
-OMITTED_AT_DEFAULT: Mapping[str, Any] = {"padding_free": False}
+OMITTED_AT_DEFAULT: Mapping[str, Any] = {"padding_free": False, "credit.placebo": "none"}
 """Settings added after runs were recorded: left out of a run's settings at their default
-(`TrainingSettings`' too), so the runs' `--params` and records stay as they were."""
+(`TrainingSettings`' too), so the runs' `--params` and records stay as they were. A dotted key
+names a key of a block (`credit.placebo`: `placebo` of the `credit` block)."""
+
+
+def omit_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` without the `OMITTED_AT_DEFAULT` keys that hold their default; the blocks on a
+    dotted key's path are copied, never changed in place (they may be the config's own)."""
+    out = dict(settings)
+    for dotted, default in OMITTED_AT_DEFAULT.items():
+        *blocks, key = dotted.split(".")
+        holder = out
+        for block in blocks:
+            if not isinstance(holder.get(block), Mapping):
+                break
+            holder[block] = dict(holder[block])
+            holder = holder[block]
+        else:
+            if holder.get(key, default) == default:
+                holder.pop(key, None)
+    return out
 
 
 def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,9 +231,7 @@ def run_settings(
     if not settings.get("use_vllm"):  # they size the vLLM context only
         for key in VLLM_ONLY:
             settings.pop(key, None)
-    for key, default in OMITTED_AT_DEFAULT.items():
-        if settings.get(key, default) == default:
-            settings.pop(key, None)
+    settings = omit_defaults(settings)
     settings.update(
         method=method,
         seed=seed,

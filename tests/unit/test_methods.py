@@ -9,6 +9,7 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.mc import MCConfig
+from rredcot.credit.placebo import permute_within_traces
 from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
 from rredcot.data.synthetic import Program, Step
 from rredcot.generation.base import Completion
@@ -511,3 +512,26 @@ def test_oracle_step_needs_the_answer_key(model, tokenizer):
         method("oracle_step", tokenizer).segment_credit(make_batch(tokenizer), model)
     with pytest.raises(ValueError, match="synthetic world's step checker"):
         TrainingSettings(method="oracle_step", task="math")
+
+
+def test_the_oracles_placebo_runs_through_the_methods_own_path(model, tokenizer):
+    """`oracle_step` with credit.placebo perm: the same σ per trace, moved; the advantages are
+    those of the shared §4 transform applied to the moved σ."""
+    batch = make_batch(tokenizer)
+    keys = [PROGRAMS[p].to_json() for p, *_ in RESPONSES]
+    rows = [{**row, "program": key} for row, key in zip(batch.rows, keys, strict=True)]
+    batch = dataclasses.replace(batch, rows=rows)
+    credit = CreditConfig(mode="mixed", center="none")
+    own = method("oracle_step", tokenizer, credit=credit)
+    placebo = method("oracle_step", tokenizer, credit=dataclasses.replace(credit, placebo="perm"))
+    sigma = own.segment_credit(batch, model)
+    moved = permute_within_traces(sigma.sigmas, batch.seed, batch.step)
+    want = token_advantages(
+        moved,
+        sigma.boundaries,
+        batch.groups,
+        batch.completion_mask,
+        credit,
+        batch.outcome_advantages,
+    )
+    torch.testing.assert_close(placebo.advantages(batch, model).advantages, want)

@@ -42,6 +42,8 @@ from rredcot.config import check_known_keys
 
 CREDIT_MODES: tuple[str, ...] = ("immediate", "reward_to_go", "mixed")
 CENTERS: tuple[str, ...] = ("group", "none")
+PLACEBOS: tuple[str, ...] = ("none", "perm", "flat")
+"""`credit.placebo`: none (the method's own σ) | perm | flat (`rredcot.credit.placebo`)."""
 REWARD_SCALES: tuple[str, ...] = ("group", "batch", "none")
 TRL_EPS = 1e-4  # TRL's GRPO adds this to the std
 MIN_STD = 1e-8  # a group whose values spread less than this carries no signal: advantage 0
@@ -61,11 +63,18 @@ class CreditConfig:
     """One of `CENTERS`: `group` subtracts the group mean of σ before dividing by its std (both
     over the group's tokens, METHOD.md §4); `none` only divides (by the std over the group's
     segments), so a correct segment of an all-correct group keeps its positive sign."""
+    placebo: str = "none"
+    """One of `PLACEBOS` (METHOD.md §9): `perm` permutes σ within each trace, `flat` gives every
+    token the trace's mean σ, before the transform; `none` keeps the method's own placement."""
 
     def __post_init__(self) -> None:
         if self.mode not in CREDIT_MODES:
             raise ValueError(
                 f"credit.mode: {self.mode!r} is not allowed; choose one of {list(CREDIT_MODES)}"
+            )
+        if self.placebo not in PLACEBOS:
+            raise ValueError(
+                f"credit.placebo: {self.placebo!r} is not allowed; choose one of {list(PLACEBOS)}"
             )
         if self.center not in CENTERS:
             raise ValueError(

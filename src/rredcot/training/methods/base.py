@@ -33,6 +33,7 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.mc import MCConfig
+from rredcot.credit.placebo import placebo_sigmas
 from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.credit.traces import SegmentedTrace
 from rredcot.generation.base import GenerationBackend
@@ -163,7 +164,8 @@ class TaskMethod(Method):
 class SegmentCreditMethod(TaskMethod):
     """A method that scores every segment (σ_{i,k}) and turns the scores into token advantages
     the one way METHOD.md §4 states (`token_advantages` under the `credit` block): RREDCoT, MC,
-    the checker oracle. A subclass implements `segment_credit` and has a `credit` field."""
+    the checker oracle. A subclass implements `segment_credit` and has a `credit` field; its
+    `credit.placebo` turns the method into its own placebo (`rredcot.credit.placebo`)."""
 
     credit: CreditConfig
 
@@ -173,8 +175,16 @@ class SegmentCreditMethod(TaskMethod):
 
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:
         credit = self.segment_credit(batch, policy)
-        advantages = token_advantages(
+        sigmas = placebo_sigmas(
+            self.credit.placebo,
             credit.sigmas,
+            credit.boundaries,
+            batch.completion_mask,
+            batch.seed,
+            batch.step,
+        )  # the method's own σ unless credit.placebo asks for a placebo (METHOD.md §9)
+        advantages = token_advantages(
+            sigmas,
             credit.boundaries,
             batch.groups,
             batch.completion_mask,

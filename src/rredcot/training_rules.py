@@ -4,7 +4,7 @@ apply them in the job, the config check at Snakemake load time before any job.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rredcot.method_registry import RESET_METHODS, method_spec
@@ -242,3 +242,13 @@ def run_settings(
         mc={**config["estimator"]["mc"], **tr.get("mc", {})},
     )
     return settings
+
+
+def placebo_pairs(variants: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(method, placebo run) for every `training.variants` entry whose `credit.placebo` is set
+    (METHOD.md §9), in the config's order: each placebo is compared with its own method."""
+    return [
+        (v["method"], v["name"])
+        for v in variants
+        if v.get("credit", {}).get("placebo", "none") != "none"
+    ]

@@ -607,3 +607,44 @@ def test_the_quick_default_dag_holds_only_what_the_summary_reads(
     needed = run_snakemake(repo, tmp_path, *tables, "-n", "--forceall", env=no_mirror_env)
     assert needed.returncode == 0, needed.stdout[-3000:] + needed.stderr[-3000:]
     assert {**_job_stats(needed.stdout + needed.stderr), "summary": 1, "all": 1} == everything
+
+
+def test_a_placebo_is_trained_beside_its_method_and_compared_with_it(
+    smoke_run, repo, run_snakemake, no_mirror_env
+):
+    """configs/attribution.yaml's shape on the smoke run: a `credit.placebo` variant adds its
+    own run and the placebo table, and leaves every existing run as it was (its settings omit
+    the placebo at its default), so only the placebo's jobs and the table run."""
+    workdir, _ = smoke_run
+    extra = workdir / "placebo.yaml"
+    extra.write_text(
+        "training:\n  variants:\n    - {name: rredcot_perm, method: rredcot, "
+        "credit: {placebo: perm}}\n"
+    )
+    args = ("--configfile", str(repo / "configs/smoke.yaml"), str(extra))
+    target = "results/credit_attribution.csv"
+    dry = run_snakemake(repo, workdir, *args, "-n", target, env=no_mirror_env)
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    jobs = _job_stats(dry.stdout + dry.stderr)
+    assert jobs == {
+        "train_policy": 1,
+        "generate": 1,
+        "grade": 1,
+        "generate_greedy": 1,
+        "grade_greedy": 1,
+        "credit_attribution": 1,
+    }
+    proc = run_snakemake(repo, workdir, *args, "--cores", "2", target, env=no_mirror_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pl.read_csv(workdir / target)
+    assert table.select("method", "against").unique().rows() == [("rredcot", "rredcot_perm")]
+    assert table["measure"].to_list() == [
+        "auc",
+        "final",
+        "t1_avoids_systematic",
+        "t1_avoids_random",
+        "greedy_pass1",
+    ]
+    assert (
+        set(table["seeds"]) == {1} and (workdir / "results/figures/credit_attribution.png").exists()
+    )

@@ -124,6 +124,14 @@ def write_tables(root: Path) -> dict[str, Path]:
         schema=regime,
         orient="row",
     ).write_csv(paths["regime_table"])
+    pl.DataFrame(
+        [
+            {**comparison_row("rredcot", "rredcot_perm", "auc", "primary", "all", 0.006),
+             "error_kind": "all"},
+            {**comparison_row("rredcot", "rredcot_perm", "t1_avoids_systematic", "secondary",
+                              "all", -0.012), "error_kind": "systematic"},
+        ]
+    ).write_csv(paths["credit_attribution"])  # fmt: skip
     return paths
 
 
@@ -238,3 +246,15 @@ def test_the_commit_is_git_s_or_unknown(tmp_path):
     assert git_commit(tmp_path) == head
     (tmp_path / "f").write_text("2")
     assert git_commit(tmp_path) == f"{head} + uncommitted changes"
+
+
+def test_each_method_is_set_against_its_placebo(tmp_path):
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    section = text.split("## Is the gain credit assignment?")[1].split("\n## ")[0]
+    assert "(`results/credit_attribution.csv`)" in section
+    assert "| rredcot − rredcot_perm | auc | primary | +0.006 |" in section
+    assert "| rredcot − rredcot_perm | t1_avoids_systematic | secondary | −0.012 |" in section
+    empty = tmp_path / "empty.csv"
+    pl.read_csv(tmp_path / "credit_attribution.csv").head(0).write_csv(empty)
+    text = render_summary(read_tables({"credit_attribution": empty}), TIMES, "X", "abc", [])
+    assert "No rows." in text.split("## Is the gain credit assignment?")[1]

@@ -38,7 +38,7 @@ from rredcot.doses import (
     share_world,
 )  # noqa: E402
 from rredcot.timing import check_benchmark_paths  # noqa: E402
-from rredcot.training_rules import run_settings  # noqa: E402
+from rredcot.training_rules import placebo_pairs, run_settings  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
 # merged into the config, naming the fix.
@@ -527,6 +527,35 @@ def curve_args(input) -> str:
     return f"--curve-problems {input.curve_problems} --curve {arg(curve_settings())}"
 
 
+ATTRIBUTION_TABLE = "results/credit_attribution.csv"
+# (method, placebo) of every variant with credit.placebo (docs/attribution.md)
+ATTRIBUTION_PAIRS = placebo_pairs(config["training"]["variants"])
+
+
+def attribution_inputs(wildcards) -> dict:
+    """What the placebo table reads: each paired run's summary, its final grades and
+    generations on the curve split (sampled and greedy), the base's grades and the split.
+    """
+    names = {name for pair in ATTRIBUTION_PAIRS for name in pair}
+    runs = [(m, s) for m, s in training_runs() if m in names]
+    files = {
+        "summaries": [f"results/train/{m}/seed{s}/train_summary.json" for m, s in runs],
+        **{
+            f"{protocol}{kind}": [
+                f"results/eval/{m}/seed{s}/{CURVE_SPLIT}/{sub}{kind}.parquet"
+                for m, s in runs
+            ]
+            for protocol, sub in (("t1_", ""), ("greedy_", "greedy/"))
+            for kind in ("generations", "grades")
+        },
+    }
+    return {
+        **files,
+        "base": curve_runs(wildcards)["base"],
+        "problems": problem_table(CURVE_SPLIT),
+    }
+
+
 def curve_runs(wildcards) -> dict:
     """What the learning curves read: every run's summary and its final grades on the split."""
     return {
@@ -601,6 +630,8 @@ def run_targets() -> list[str]:
             ]
         if BUILDS_REGIME_TABLE:
             training.append(REGIME_TABLE)
+        if ATTRIBUTION_PAIRS and BUILDS_REGIME_TABLE:
+            training += [ATTRIBUTION_TABLE, "results/figures/credit_attribution.png"]
     return (
         [f"results/{b}_table.csv" for b in config["benchmarks"]]
         + training

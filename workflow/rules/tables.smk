@@ -216,6 +216,49 @@ rule regime_table:
         "--params {params.settings} --out {output.table} > {log} 2>&1"
 
 
+rule credit_attribution:
+    input:
+        unpack(attribution_inputs),
+    output:
+        table=report(
+            ATTRIBUTION_TABLE,
+            caption="../report/credit_attribution.rst",
+            category="Training",
+        ),
+        figure=report(
+            "results/figures/credit_attribution.png",
+            caption="../report/credit_attribution.rst",
+            category="Training",
+        ),
+    log:
+        "results/logs/credit_attribution.log",
+    benchmark:
+        "results/benchmarks/credit_attribution.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("credit_attribution", "cpus_per_task")
+    resources:
+        mem_mb=res("credit_attribution", "mem_mb"),
+        runtime=res("credit_attribution", "runtime"),
+    params:
+        settings=arg(
+            {
+                "pairs": ATTRIBUTION_PAIRS,
+                "misconception": (
+                    config["sft"]["misconception"] if uses_tiny_model() else None
+                ),
+                "bootstrap_resamples": config["evaluation"]["bootstrap_resamples"],
+                "seed": config["seed"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.credit_attribution --summaries {input.summaries} "
+        "--grades {input.t1_grades} --t1-generations {input.t1_generations} "
+        "--greedy-grades {input.greedy_grades} --greedy-generations {input.greedy_generations} "
+        "--base {input.base} --problems {input.problems} --params {params.settings} "
+        "--out {output.table} --figure {output.figure} > {log} 2>&1"
+
+
 rule summary:
     input:
         unpack(summary_tables),

@@ -1,0 +1,148 @@
+"""Is a credit method's gain credit *assignment*? Each method against its placebo
+(results/credit_attribution.csv, results/figures/credit_attribution.png; docs/attribution.md).
+
+A placebo (`credit.placebo`, METHOD.md §9) keeps how much signal each trace and group gets and
+destroys where it goes, so method − placebo isolates placement. Every row pairs the method's run
+of each seed with the placebo's run of the same seed, on the same held-out problems
+(`rredcot.evaluation.paired`: two-level bootstrap and the t interval over seeds, the more
+conservative verdict, the MDE at 80% power). Measures, all "higher is better":
+
+- `auc` (the pre-registered primary endpoint) and `final`: the learning curve's area and its
+  last point, as in `method_comparison.csv` (`rredcot.reporting.curves.method_comparison`);
+- `t1_avoids_systematic` / `t1_avoids_random`: the share of the final policy's held-out samples
+  (the split's protocol) whose first error is *not* systematic (the misconception's rule step) /
+  *not* random; the difference is minus the difference in that error's rate, so a method that
+  removes the misconception better than its placebo gains on the first;
+- `greedy_pass1`: the final policy's greedy pass@1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rredcot.evaluation.paired import paired_comparison
+from rredcot.reporting.curves import RunScores, method_comparison, problem_grid
+from rredcot.reporting.figures import save_figure
+
+ERROR_KINDS: tuple[str, ...] = ("systematic", "random")
+"""First-error kinds of a wrong response (`rredcot.data.error_kinds`; random: any other)."""
+PRIMARY = "auc"
+
+
+def _kind_points(labelled: pl.DataFrame) -> pl.DataFrame:
+    """Per (method, seed, problem): the share of samples right, and free of each error kind."""
+    if labelled["systematic"].null_count():
+        raise ValueError("labelled responses: first-error kinds need the world's misconception")
+    random = pl.col("wrong") & ~pl.col("systematic")
+    return labelled.group_by("method", "seed", "problem_id").agg(
+        pl.col("right").cast(pl.Float64).mean().alias("right"),
+        (~pl.col("systematic")).cast(pl.Float64).mean().alias("avoids_systematic"),
+        (~random).cast(pl.Float64).mean().alias("avoids_random"),
+    )
+
+
+def _row(
+    method: str, against: str, measure: str, error_kind: str, stats: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        "method": method,
+        "against": against,
+        "measure": measure,
+        "error_kind": error_kind,
+        "endpoint": "primary" if measure == PRIMARY else "secondary",
+        **stats,
+    }
+
+
+def attribution_table(
+    runs: Sequence[RunScores],
+    base: pl.DataFrame,
+    t1: pl.DataFrame,
+    greedy: pl.DataFrame,
+    pairs: Sequence[tuple[str, str]],
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """One row per (pair, measure): method − placebo, paired over (seed, problem).
+
+    runs: every run of both sides of every pair (`read_run`); base: the base's held-out grades
+    (step 0 of every curve); t1 / greedy: labelled final responses of those runs
+    (`rredcot.evaluation.regime.labelled_responses`, with first-error kinds). Both sides of a
+    pair must share their seeds (an unpaired seed is an error, never dropped)."""
+    if not pairs:
+        raise ValueError("pairs: no placebo variant (training.variants with credit.placebo)")
+    kinds = {"t1": _kind_points(t1), "greedy": _kind_points(greedy)}
+    problems = sorted(base["problem_id"].unique().to_list())
+    rows = []
+    for method, against in pairs:
+        both = [r for r in runs if r.method in (method, against)]
+        seeds = {m: sorted(r.seed for r in both if r.method == m) for m in (method, against)}
+        if not seeds[method] or seeds[method] != seeds[against]:
+            raise ValueError(
+                f"{method} vs {against}: the runs must share their seeds, got {seeds[method]} "
+                f"and {seeds[against]}"
+            )
+        curves = method_comparison(both, base, against, n_resamples=n_resamples, seed=seed)
+        for measure in (PRIMARY, "final"):
+            (stats,) = (
+                curves.filter(
+                    (pl.col("method") == method)
+                    & (pl.col("against") == against)
+                    & (pl.col("measure") == measure)
+                    & (pl.col("seed") == "all")
+                )
+                .select(
+                    "difference",
+                    "ci95_low",
+                    "ci95_high",
+                    "bootstrap_verdict",
+                    "seed_t_ci95_low",
+                    "seed_t_ci95_high",
+                    "seed_t_verdict",
+                    "verdict",
+                    "seeds",
+                    "problems",
+                    "seed_sd",
+                    "mde80",
+                )  # fmt: skip
+                .iter_rows(named=True)
+            )
+            rows.append(_row(method, against, measure, "all", stats))
+        for protocol, column, measure, kind in (
+            ("t1", "avoids_systematic", "t1_avoids_systematic", "systematic"),
+            ("t1", "avoids_random", "t1_avoids_random", "random"),
+            ("greedy", "right", "greedy_pass1", "all"),
+        ):
+            points = kinds[protocol]
+            grids = [
+                problem_grid(points.filter(pl.col("method") == m), column, seeds[m], problems)
+                for m in (method, against)
+            ]
+            stats = paired_comparison(*grids, n_resamples=n_resamples, seed=seed)
+            rows.append(_row(method, against, measure, kind, stats))
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def plot_attribution(table: pl.DataFrame, path: str | Path) -> Path:
+    """Method − placebo per measure, the bootstrap CI as a bar, one panel per pair."""
+    import matplotlib.pyplot as plt
+
+    pairs = list(dict.fromkeys(zip(table["method"], table["against"], strict=True)))
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.5 * len(pairs), 3.2), squeeze=False)
+    for ax, (method, against) in zip(axes[0], pairs, strict=True):
+        part = table.filter((pl.col("method") == method) & (pl.col("against") == against))
+        y = np.arange(part.height)
+        d = part["difference"].to_numpy()
+        err = np.vstack([d - part["ci95_low"].to_numpy(), part["ci95_high"].to_numpy() - d])
+        ax.errorbar(d, y, xerr=err, fmt="o", capsize=3)
+        ax.axvline(0.0, color="grey", lw=0.8)
+        ax.set_yticks(y, part["measure"].to_list())
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{method} − {against} (share of held-out samples)")
+        ax.set_title(f"{method} vs its placebo {against}", fontsize=9)
+    return save_figure(fig, path)

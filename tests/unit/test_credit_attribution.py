@@ -1,0 +1,125 @@
+"""The placebo table (`rredcot.reporting.credit_attribution`) on hand-made runs: each method
+minus its placebo, paired over (seed, problem), with first-error kinds from labelled responses."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from rredcot.reporting.credit_attribution import attribution_table, plot_attribution
+from rredcot.reporting.curves import RunScores
+from rredcot.training_rules import placebo_pairs
+
+PROBLEMS = ["p0", "p1", "p2", "p3"]
+BASE = pl.DataFrame({"problem_id": PROBLEMS, "sample_index": [0] * 4, "reward": [0.0] * 4})
+
+
+def rewards(values: list[float], step: int | None = None) -> pl.DataFrame:
+    df = BASE.with_columns(pl.Series("reward", [float(v) for v in values]))
+    return df if step is None else df.with_columns(pl.lit(step, pl.Int64).alias("step"))
+
+
+def run(name: str, seed: int, mid: list[float], final: list[float]) -> RunScores:
+    metrics = pl.DataFrame(
+        {"step": [1, 2], "time/step_seconds": [1.0, 1.0], "tokens/seen": [10, 20]}
+    )
+    return RunScores(name, seed, 2, rewards(mid, 1), rewards(final), metrics)
+
+
+def labelled(name: str, seed: int, kinds: list[str]) -> pl.DataFrame:
+    """One final sample per problem: `right`, `systematic` or `random` (its first error)."""
+    return pl.DataFrame(
+        {
+            "problem_id": PROBLEMS,
+            "sample_index": [0] * 4,
+            "method": [name] * 4,
+            "seed": [seed] * 4,
+            "right": [k == "right" for k in kinds],
+            "wrong": [k != "right" for k in kinds],
+            "lucky": [False] * 4,
+            "systematic": [k == "systematic" for k in kinds],
+        }
+    )
+
+
+def test_placebo_pairs_come_from_the_variants_with_a_placebo() -> None:
+    variants = [
+        {"name": "rredcot_center_group", "method": "rredcot", "credit": {"center": "group"}},
+        {"name": "rredcot_perm", "method": "rredcot", "credit": {"placebo": "perm"}},
+        {"name": "x", "method": "rredcot", "credit": {"placebo": "none"}},
+        {"name": "oracle_step_flat", "method": "oracle_step", "credit": {"placebo": "flat"}},
+    ]
+    assert placebo_pairs(variants) == [
+        ("rredcot", "rredcot_perm"),
+        ("oracle_step", "oracle_step_flat"),
+    ]
+
+
+def test_method_minus_placebo_by_hand() -> None:
+    """Two seeds. Method: curve 0.5 then final 1 on every problem; placebo: 0.5 then 0.5.
+    AUC = trapezoid mean over steps 0, 1, 2 of per-problem pass@1, base 0 at step 0:
+    method (0 + 0.5)/2·½ + (0.5 + 1)/2·½ = 0.5, placebo (0 + 0.5)/4 + (0.5 + 0.5)/4 = 0.375."""
+    half = [1, 0, 1, 0]
+    runs = [
+        run("rredcot", 1, half, [1, 1, 1, 1]),
+        run("rredcot", 2, half, [1, 1, 1, 1]),
+        run("rredcot_perm", 1, half, [1, 0, 1, 0]),
+        run("rredcot_perm", 2, half, [0, 1, 0, 1]),
+    ]
+    t1 = pl.concat(
+        [
+            labelled("rredcot", 1, ["right", "right", "right", "random"]),
+            labelled("rredcot", 2, ["right", "right", "right", "right"]),
+            labelled("rredcot_perm", 1, ["systematic", "systematic", "right", "random"]),
+            labelled("rredcot_perm", 2, ["systematic", "right", "right", "right"]),
+        ]
+    )
+    table = attribution_table(runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=200)
+    got = {r["measure"]: r for r in table.iter_rows(named=True)}
+    assert list(got) == [
+        "auc",
+        "final",
+        "t1_avoids_systematic",
+        "t1_avoids_random",
+        "greedy_pass1",
+    ]
+    assert got["auc"]["endpoint"] == "primary" and got["final"]["endpoint"] == "secondary"
+    assert got["auc"]["difference"] == pytest.approx(0.5 - 0.375)
+    assert got["final"]["difference"] == pytest.approx(0.5)
+    # systematic first errors: method 0 of 8 samples, placebo 3 of 8 -> avoids +3/8
+    assert got["t1_avoids_systematic"]["difference"] == pytest.approx(3 / 8)
+    assert got["t1_avoids_systematic"]["error_kind"] == "systematic"
+    # random first errors: 1 of 8 on both sides
+    assert got["t1_avoids_random"]["difference"] == pytest.approx(0.0)
+    # greedy right: method 7/8, placebo 4/8
+    assert got["greedy_pass1"]["difference"] == pytest.approx(3 / 8)
+    assert set(table["seeds"].to_list()) == {2} and set(table["against"]) == {"rredcot_perm"}
+
+
+def test_unpaired_seeds_and_missing_kinds_are_errors(tmp_path) -> None:
+    runs = [run("rredcot", 1, [0] * 4, [1] * 4), run("rredcot_perm", 2, [0] * 4, [0] * 4)]
+    t1 = pl.concat(
+        [labelled("rredcot", 1, ["right"] * 4), labelled("rredcot_perm", 2, ["right"] * 4)]
+    )
+    with pytest.raises(ValueError, match="share their seeds"):
+        attribution_table(runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50)
+    with pytest.raises(ValueError, match="no placebo"):
+        attribution_table(runs, BASE, t1, t1, [], n_resamples=50)
+    blind = t1.with_columns(pl.lit(None, pl.Boolean).alias("systematic"))
+    with pytest.raises(ValueError, match="misconception"):
+        attribution_table(runs, BASE, blind, blind, [("rredcot", "rredcot_perm")])
+
+
+def test_the_figure_has_one_panel_per_pair(tmp_path) -> None:
+    runs = [
+        run(name, s, [0, 1, 0, 1], final)
+        for s in (1, 2)
+        for name, final in (("rredcot", [1, 1, 0, 1]), ("rredcot_perm", [0, 1, 0, 1]))
+    ]
+    t1 = pl.concat(
+        [labelled(n, s, ["right", "random", "systematic", "right"]) for n, s in
+         [("rredcot", 1), ("rredcot", 2), ("rredcot_perm", 1), ("rredcot_perm", 2)]]
+    )  # fmt: skip
+    table = attribution_table(runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50)
+    path = plot_attribution(table, tmp_path / "f.png")
+    assert path.stat().st_size > 0

@@ -166,7 +166,7 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
         for method, values in config["training"]["per_method"].items()
     ]
     for i, variant in enumerate(config["training"]["variants"]):
-        values = {k: v for k, v in variant.items() if k not in ("name", "method")}
+        values = {k: v for k, v in variant.items() if k not in ("name", "method", "budget_of")}
         blocks.append((f"training.variants.{i}", variant["method"], values))
     # `rredcot` overrides keys of estimator.rredcot (the rredcot runs' estimator)
     keys = {**training, "rredcot": schema["properties"]["estimator"]["properties"]["rredcot"]}
@@ -187,9 +187,14 @@ def _extra_seed_errors(training: Mapping[str, Any]) -> list[str]:
     and gives GRPO (every run's comparison partner in results/method_comparison.csv) every
     seed any other run has."""
     runs = [*training["methods"], *(v["name"] for v in training["variants"])]
+    messages = [
+        f"config key 'training.variants.{i}.budget_of': {v['budget_of']!r} is not a run; "
+        f"choose from {runs}"
+        for i, v in enumerate(training["variants"])
+        if "budget_of" in v and v["budget_of"] not in runs
+    ]
     shared, key = set(training["seeds"]), "config key 'training.extra_seeds'"
     extra: dict[str, set[int]] = {}
-    messages = []
     for i, entry in enumerate(training["extra_seeds"]):
         name, seeds = entry["run"], set(entry["seeds"])
         if name not in runs:

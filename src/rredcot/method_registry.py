@@ -77,6 +77,9 @@ class MethodSpec:
     analysis_only: bool = False
     """Reads the synthetic world's answer key (`program`): an oracle for analysis, never a
     method under test; the synthetic task only."""
+    reads_misconception: bool = False
+    """Reads the world's misconception (the workflow sets `training.misconception` from
+    `sft.misconception` for its runs): the rule-aware oracle."""
 
     def __post_init__(self) -> None:
         if ":" not in self.implementation:
@@ -131,6 +134,14 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             "positive control: per-line values from the world's step checker",
             run_keys=_CREDIT_KEYS,
             analysis_only=True,
+        ),
+        MethodSpec(
+            "oracle_rule",
+            "rredcot.training.methods.oracle_rule:OracleRuleMethod",
+            "rule-aware positive control: per-line values with one accuracy per line kind",
+            run_keys=_CREDIT_KEYS,
+            analysis_only=True,
+            reads_misconception=True,
         ),
     )
 }

@@ -165,7 +165,7 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
     "save_minutes",
 )
 """Keys of config `training` that are not a run's settings (`run_settings` drops them)."""
-_OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method")
+_OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method", "budget_of")
 VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
 """Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
 OMITTED_AT_DEFAULT: Mapping[str, Any] = {"padding_free": False, "credit.placebo": "none"}
@@ -232,6 +232,8 @@ def run_settings(
         for key in VLLM_ONLY:
             settings.pop(key, None)
     settings = omit_defaults(settings)
+    if method_spec(method).reads_misconception:
+        settings["misconception"] = config.get("sft", {}).get("misconception")
     settings.update(
         method=method,
         seed=seed,
@@ -252,3 +254,9 @@ def placebo_pairs(variants: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]
         for v in variants
         if v.get("credit", {}).get("placebo", "none") != "none"
     ]
+
+
+def budget_pairs(variants: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(run, baseline given its budget) for every `training.variants` entry with `budget_of`
+    (e.g. GRPO with RREDCoT's measured seconds as more steps), in the config's order."""
+    return [(v["budget_of"], v["name"]) for v in variants if "budget_of" in v]

@@ -100,7 +100,7 @@ SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method o
     *("ddp_timeout", "report_to"),  # how the launch waits and reports, not what a run computes
 }  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
-    "credit": {"rredcot", "mc", "oracle_step"},
+    "credit": {"rredcot", "mc", "oracle_step", "oracle_rule"},
     "mc_batch_size": {"mc"},
     "resets": {"rrpo", "srpo"},
     "reference": {"rredcot"},  # which reference RREDCoT reads (own_path: the oracle variant)

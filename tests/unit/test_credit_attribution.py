@@ -123,3 +123,40 @@ def test_the_figure_has_one_panel_per_pair(tmp_path) -> None:
     table = attribution_table(runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50)
     path = plot_attribution(table, tmp_path / "f.png")
     assert path.stat().st_size > 0
+
+
+def test_a_baseline_given_the_methods_budget_is_compared_at_equal_compute() -> None:
+    """rredcot: 2 steps of 2 s; grpo_long: 4 steps of 1 s, evaluated at step 2 and at its end.
+    Equal seconds (4 s): both at their ends. Equal tokens: rredcot's 2 steps saw 20 tokens,
+    grpo_long's step 2 as many: rredcot's final against grpo_long's curve point."""
+
+    def long_run(seed: int) -> RunScores:
+        metrics = pl.DataFrame(
+            {"step": [1, 2, 3, 4], "time/step_seconds": [1.0] * 4, "tokens/seen": [10, 20, 30, 40]}
+        )
+        return RunScores(
+            "grpo_long", seed, 4, rewards([0, 0, 1, 1], 2), rewards([0, 1, 1, 1]), metrics
+        )
+
+    def credit_run(name: str, seed: int) -> RunScores:
+        metrics = pl.DataFrame(
+            {"step": [1, 2], "time/step_seconds": [2.0, 2.0], "tokens/seen": [10, 20]}
+        )
+        return RunScores(name, seed, 2, rewards([0, 1, 0, 1], 1), rewards([1, 1, 1, 1]), metrics)
+
+    runs = [credit_run(n, s) for n in ("rredcot", "rredcot_perm") for s in (1, 2)]
+    runs += [long_run(1), long_run(2)]
+    t1 = pl.concat(
+        [labelled(n, s, ["right"] * 4) for n in ("rredcot", "rredcot_perm") for s in (1, 2)]
+    )
+    table = attribution_table(
+        runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50,
+        budget_pairs=[("rredcot", "grpo_long")],
+    )  # fmt: skip
+    budget = {
+        r["measure"]: r
+        for r in table.filter(pl.col("against") == "grpo_long").iter_rows(named=True)
+    }
+    assert list(budget) == ["final_equal_seconds", "final_equal_tokens"]
+    assert budget["final_equal_seconds"]["difference"] == pytest.approx(1 - 0.75)
+    assert budget["final_equal_tokens"]["difference"] == pytest.approx(1 - 0.5)

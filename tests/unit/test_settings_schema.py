@@ -28,7 +28,8 @@ PAIRS: dict[str, tuple[type, set[str], set[str]]] = {
     "training": (
         TrainingSettings,
         set(NOT_RUN_SETTINGS) - {"mc"},  # what a run does not read (`run_settings` drops them)
-        {"method", "seed", "task", "reference_column", "segmentation", "rredcot"},  # per run
+        # per run; misconception: sft.misconception, for the methods that read it
+        {"method", "seed", "task", "reference_column", "segmentation", "rredcot", "misconception"},
     ),
     "segmentation": (SegmentationConfig, set(), set()),
     "training.credit": (CreditConfig, set(), set()),

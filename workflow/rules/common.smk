@@ -38,7 +38,7 @@ from rredcot.doses import (
     share_world,
 )  # noqa: E402
 from rredcot.timing import check_benchmark_paths  # noqa: E402
-from rredcot.training_rules import placebo_pairs, run_settings  # noqa: E402
+from rredcot.training_rules import budget_pairs, placebo_pairs, run_settings  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
 # merged into the config, naming the fix.
@@ -530,13 +530,15 @@ def curve_args(input) -> str:
 ATTRIBUTION_TABLE = "results/credit_attribution.csv"
 # (method, placebo) of every variant with credit.placebo (docs/attribution.md)
 ATTRIBUTION_PAIRS = placebo_pairs(config["training"]["variants"])
+# (run, baseline given its budget) of every variant with budget_of
+BUDGET_PAIRS = budget_pairs(config["training"]["variants"])
 
 
 def attribution_inputs(wildcards) -> dict:
     """What the placebo table reads: each paired run's summary, its final grades and
     generations on the curve split (sampled and greedy), the base's grades and the split.
     """
-    names = {name for pair in ATTRIBUTION_PAIRS for name in pair}
+    names = {name for pair in [*ATTRIBUTION_PAIRS, *BUDGET_PAIRS] for name in pair}
     runs = [(m, s) for m, s in training_runs() if m in names]
     files = {
         "summaries": [f"results/train/{m}/seed{s}/train_summary.json" for m, s in runs],

@@ -244,6 +244,7 @@ rule credit_attribution:
         settings=arg(
             {
                 "pairs": ATTRIBUTION_PAIRS,
+                "budget_pairs": BUDGET_PAIRS,
                 "misconception": (
                     config["sft"]["misconception"] if uses_tiny_model() else None
                 ),

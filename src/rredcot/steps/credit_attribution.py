@@ -28,8 +28,8 @@ def main() -> None:
     p.add_argument("--figure", required=True, type=Path)
     args = p.parse_args()
     setup()
-    pairs, block, n_resamples, seed = require(
-        args.params, "pairs", "misconception", "bootstrap_resamples", "seed"
+    pairs, budget, block, n_resamples, seed = require(
+        args.params, "pairs", "budget_pairs", "misconception", "bootstrap_resamples", "seed"
     )
     files = [getattr(args, name) for name in PER_RUN]
     if len({len(f) for f in files}) != 1:
@@ -46,7 +46,7 @@ def main() -> None:
             out.append(labelled.with_columns(method=pl.lit(name), seed=pl.lit(run_seed)))
     table = attribution_table(
         runs, read_table(args.base), pl.concat(t1), pl.concat(greedy),
-        [tuple(pair) for pair in pairs], n_resamples, seed,
+        [tuple(pair) for pair in pairs], n_resamples, seed, [tuple(pair) for pair in budget],
     )  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)

@@ -18,6 +18,7 @@ from rredcot.config import check_choices, check_known_keys
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.data.misconceptions import Misconception
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods import METHODS, ResetConfig
@@ -163,6 +164,9 @@ class TrainingSettings:
     lora: LoraSettings | None = None
     """Train LoRA adapters instead of all weights (the official RRPO/SRPO setup, §6); None:
     full fine-tuning."""
+    misconception: Misconception | None = None
+    """The world's misconception (`sft.misconception`), set by the workflow only for the
+    methods that read it (`MethodSpec.reads_misconception`: the rule-aware oracle); None else."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -252,6 +256,8 @@ class TrainingSettings:
             "resets": ResetConfig,
             "lora": LoraSettings,
         }
+        if isinstance(values.get("misconception"), Mapping):
+            values["misconception"] = Misconception(**values["misconception"])
         for name, block in blocks.items():
             if name == "lora" and values.get(name) is None:
                 continue

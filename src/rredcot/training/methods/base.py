@@ -138,6 +138,8 @@ class MethodSettings:
     mc_batch_size: int = 64
     resets: Any = None
     """RRPO/SRPO's `ResetConfig` (None: its defaults; it lives with the reset methods)."""
+    misconception: Any = None
+    """The world's `Misconception` (or its mapping), for the methods that read it."""
 
 
 @dataclass(frozen=True)

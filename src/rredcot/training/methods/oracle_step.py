@@ -23,6 +23,7 @@ from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.mc import token_to_char_boundaries
 from rredcot.credit.oracle import checker_values, line_accuracy, lines_written
 from rredcot.credit.redistribution import terminal_credit
+from rredcot.data.checker import StepCheck
 from rredcot.data.synthetic import check_response
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
@@ -59,28 +60,43 @@ class OracleStepMethod(SegmentCreditMethod):
 
     def segment_credit(self, batch: RolloutBatch, policy: torch.nn.Module) -> SegmentCredit:
         segs, _ = segment_completions(policy, self.tokenizer, batch, LINES, self.eos_ids)
-        texts, checks = [], []
+        texts, checks, written = [], [], []
         for s, row in zip(segs, batch.rows, strict=True):
             if "program" not in row:
                 raise ValueError(
-                    f"row {row.get('problem_id')!r}: oracle_step needs the synthetic world's "
+                    f"row {row.get('problem_id')!r}: {self.name} needs the synthetic world's "
                     "`program` (its step checker)"
                 )
             text = self.tokenizer.decode(s.response_ids, skip_special_tokens=True)
+            offsets = token_to_char_boundaries(self.tokenizer, s.response_ids, s.boundaries, text)
             texts.append(text)
             checks.append(check_response(row["program"], text))
-        checked = [c.n_steps + 1 for c in checks]  # the steps and the answer line
-        p = line_accuracy([c.first_error for c in checks], checked)
-        sigmas = []
-        for s, text, check, m, r in zip(
-            segs, texts, checks, checked, batch.rewards.tolist(), strict=True
-        ):
-            offsets = token_to_char_boundaries(self.tokenizer, s.response_ids, s.boundaries, text)
-            values = checker_values(lines_written(text, offsets), check.first_error, m, p)
-            sigmas.append(terminal_credit(values, float(r)))  # V(s_K) := R; (K,)
+            written.append(lines_written(text, offsets))
+        values, metrics = self.state_values(batch.rows, texts, checks, written)
+        sigmas = [
+            terminal_credit(v, float(r))  # V(s_K) := R; (K,)
+            for v, r in zip(values, batch.rewards.tolist(), strict=True)
+        ]
         metrics = {
             "credit/num_segments": mean_segments(segs),
-            "credit/oracle_line_accuracy": p,
+            **metrics,
             "credit/oracle_error_share": float(np.mean([not c.correct for c in checks])),
         }
         return SegmentCredit(sigmas, [s.boundaries for s in segs], 0, metrics)
+
+    def state_values(
+        self,
+        rows: Sequence[dict[str, Any]],
+        texts: Sequence[str],
+        checks: Sequence[StepCheck],
+        written: Sequence[Sequence[int]],
+    ) -> tuple[list[list[float]], dict[str, float]]:
+        """V(s_k) of every state of every response (d_k = `written`), and the metrics of the
+        values: one batch-wide line accuracy p̂ (`rredcot.credit.oracle`)."""
+        checked = [c.n_steps + 1 for c in checks]  # the steps and the answer line
+        p = line_accuracy([c.first_error for c in checks], checked)
+        values = [
+            checker_values(w, c.first_error, m, p)
+            for w, c, m in zip(written, checks, checked, strict=True)
+        ]
+        return values, {"credit/oracle_line_accuracy": p}

@@ -51,6 +51,7 @@ from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.lora import save_final
 from rredcot.training.methods import Method, build_method
 from rredcot.training.metrics import MetricsCSV
+from rredcot.training.precision import UpdateCheck, check_master_weights
 from rredcot.training.run_dir import (
     checkpoint_step,
     claim_run_dir,
@@ -138,7 +139,8 @@ def build_trainer(
     options: RunOptions | None = None,
 ) -> CreditGRPOTrainer:
     """The trainer for `settings` (method built from them unless given), launched and
-    reporting as `options` say."""
+    reporting as `options` say. Trainable weights below float32 without DeepSpeed are refused
+    (`check_master_weights`), and a first update that moves none stops the run (`UpdateCheck`)."""
     task = get_task(settings.task)
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
@@ -150,11 +152,12 @@ def build_trainer(
         args=grpo_config(settings, out, options=options),  # checks the layout against this launch
         train_dataset=train,
         processing_class=tokenizer,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, UpdateCheck()],
         method=method,
         padding_free=settings.padding_free,
         peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
+    check_master_weights(trainer.model, trainer.is_deepspeed_enabled)
     if settings.lora is not None and _is_zero3(trainer):
         raise ValueError(
             "training.lora: LoRA runs are not launched under DeepSpeed ZeRO-3 here (the final "

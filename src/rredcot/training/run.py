@@ -171,6 +171,16 @@ def _is_zero3(trainer: CreditGRPOTrainer) -> bool:
     return DistributedBackend(trainer.accelerator).is_zero3
 
 
+def _gathered_state_dict(trainer: CreditGRPOTrainer) -> dict[str, Any] | None:
+    """The policy's whole weights where ZeRO-3 sharded them, gathered (a collective, on every
+    process; needs the config's zero3_save_16bit_model); None where every process holds them
+    whole: without ZeRO-3, and in a run resumed at max_steps, whose model was loaded from the
+    checkpoint and never prepared (sharded) by DeepSpeed, so there is no engine to gather from."""
+    if not _is_zero3(trainer) or trainer.model_wrapped is trainer.model:
+        return None
+    return trainer.accelerator.get_state_dict(trainer.model_wrapped)
+
+
 def train_policy(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -289,9 +299,7 @@ def _train_policy(
         stopped = out / f"{PREFIX_CHECKPOINT_DIR}-{guard.stopped_at}"
         raise TrainingInterrupted(why, guard.stopped_at, stopped)
     final = out / "final"
-    # ZeRO-3 shards the weights: gather them (a collective, on every process; needs the config's
-    # zero3_save_16bit_model). Otherwise every process holds them whole.
-    state_dict = accelerator.get_state_dict(trainer.model_wrapped) if _is_zero3(trainer) else None
+    state_dict = _gathered_state_dict(trainer)
     if main:
         policy = accelerator.unwrap_model(trainer.model)
         if settings.lora is not None:

@@ -48,7 +48,7 @@ from rredcot.method_registry import method_spec
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
-from rredcot.training.lora import save_final
+from rredcot.training.lora import exact_unmerge, save_final
 from rredcot.training.methods import Method, build_method
 from rredcot.training.metrics import MetricsCSV
 from rredcot.training.precision import UpdateCheck, check_master_weights
@@ -158,6 +158,8 @@ def build_trainer(
         peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
     check_master_weights(trainer.model, trainer.is_deepspeed_enabled)
+    if settings.lora is not None and settings.use_vllm:
+        exact_unmerge(trainer.model)  # each vLLM weight sync merges and unmerges the adapter
     if settings.lora is not None and _is_zero3(trainer):
         raise ValueError(
             "training.lora: LoRA runs are not launched under DeepSpeed ZeRO-3 here (the final "

@@ -34,6 +34,7 @@ from rredcot.training.run import train_policy
 from rredcot.training.run_dir import job_record
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.stopping import RETRY_EXIT_CODE, TrainingInterrupted
+from rredcot.training.trl_config import check_device
 
 INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
 """Path arguments the run record holds by content (`fingerprint`)."""
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime",
         type=json.loads,
         default={},
-        help="RunOptions as JSON (training.ddp_timeout, training.report_to)",
+        help="RunOptions as JSON (training.ddp_timeout, training.report_to, "
+        "training.report_offline)",
     )
     p.add_argument(
         "--keep-stale-checkpoints",
@@ -96,6 +98,9 @@ def main() -> None:
     args = build_parser().parse_args()
     setup(args.threads)
     settings = TrainingSettings.from_dict(args.params)
+    check_device(settings)  # before a model of minutes to load
+    options = RunOptions(**args.runtime)
+    options.environment()  # offline trackers: before they start
     seed_everything(settings.seed)
     tokenizer = load_tokenizer(args.model)
     # float32 masters unless DeepSpeed or LoRA keeps them (rredcot.training.precision)
@@ -118,7 +123,7 @@ def main() -> None:
             arguments=arguments,
             keep_stale_checkpoints=args.keep_stale_checkpoints,
             save_minutes=args.save_minutes,
-            options=RunOptions(**args.runtime),
+            options=options,
         )
     except TrainingInterrupted as stop:
         log.warning("%s (exit status %d: retry)", stop, RETRY_EXIT_CODE)

@@ -63,7 +63,7 @@ from rredcot.training.run_dir import (
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.stopping import CheckpointGuard, TrainingInterrupted
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
-from rredcot.training.trl_config import check_vllm_memory, grpo_config
+from rredcot.training.trl_config import check_device, check_vllm_memory, grpo_config
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,8 @@ def train_policy(
     save_minutes: float | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
-    `options` (ddp timeout, trackers) are not part of the run record.
+    `options` (ddp timeout, trackers) are not part of the run record. `training.device` auto
+    without a CUDA device is refused (`check_device`).
 
     `curve` (held-out problems, settings): evaluate the policy on them during the run into
     `out/curve.csv` (`rredcot.training.curves`). `fingerprints` name the inputs (base model,
@@ -217,6 +218,7 @@ def train_policy(
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
     main one alone removes, appends and writes files.
     """
+    check_device(settings)
     out = Path(out)
     from accelerate import PartialState
 

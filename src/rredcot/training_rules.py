@@ -4,7 +4,9 @@ apply them in the job, the config check at Snakemake load time before any job.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rredcot.method_registry import RESET_METHODS, method_spec
@@ -21,6 +23,48 @@ def optimizer_batch(values: Mapping[str, Any]) -> int:
     gradient_accumulation_steps)."""
     total = values["prompts_per_step"] * values["num_generations"]
     return total // values.get("updates_per_generation", 1)
+
+
+TRACKERS: tuple[str, ...] = ("wandb", "trackio", "tensorboard")
+"""TRL's report_to names this workflow offers; each is also the module it needs installed (the
+`tracking` extra of pyproject.toml and envs/rredcot-gpu.yaml pin them)."""
+
+
+def tracker_error(report_to: Sequence[str], conda_env: str | Path | None = None) -> str | None:
+    """Why `training.report_to` cannot report, or None: each tracker must be one of `TRACKERS`
+    and importable here, or pinned in `conda_env` (the env file the jobs run in under
+    `snakemake --use-conda`). Checked when Snakemake loads the config, so a missing tracker
+    stops the workflow before any job waits in a queue, and again in the job (`RunOptions`)."""
+    import importlib.util
+
+    unknown = [t for t in report_to if t not in TRACKERS]
+    if unknown:
+        return f"training.report_to: {unknown} are not trackers; choose from {list(TRACKERS)}"
+    pinned: set[str] = set()
+    if conda_env is not None:
+        text = Path(conda_env).read_text()
+        pinned = {t for t in report_to if re.search(rf"^\s*-\s*{t}==", text, re.MULTILINE)}
+    missing = [t for t in report_to if t not in pinned and importlib.util.find_spec(t) is None]
+    if missing:
+        where = f" nor pinned in {Path(conda_env).name}" if conda_env is not None else ""
+        return (
+            f"training.report_to: {missing} not installed here{where} (pip install -e "
+            "'.[tracking]', or use envs/rredcot-gpu.yaml) or leave them out"
+        )
+    return None
+
+
+def device_error(device: str, cuda_available: bool) -> str | None:
+    """`training.device` auto (the GPU of each process) where torch sees no CUDA device: an error
+    instead of a silent CPU run of a GPU config (a CPU run says `device: cpu`)."""
+    if device == "auto" and not cuda_available:
+        return (
+            "training.device: 'auto' trains on the GPU of each process, but torch sees no CUDA "
+            "device here (no GPU allocated, CUDA_VISIBLE_DEVICES empty, a CPU build of torch, or "
+            "an NVIDIA driver older than the CUDA build needs: docs/cluster_and_gpu.md#install); "
+            "set training.device to cpu to train on the CPU"
+        )
+    return None
 
 
 WARMUP_IGNORED: tuple[str, ...] = ("constant",)
@@ -161,6 +205,7 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
     # how long ranks wait and where the run reports (the step's --runtime, not in the record)
     "ddp_timeout",
     "report_to",
+    "report_offline",
     # when checkpoints are written (the step's own argument): not what the run computes
     "save_minutes",
 )

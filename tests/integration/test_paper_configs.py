@@ -356,6 +356,23 @@ def test_a_context_too_long_for_the_vllm_share_stops_at_load_time(
 EIGHT_ROWS = {"per_device_batch_size": 8, "gradient_accumulation_steps": 4}
 
 
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_a_tracker_that_is_not_installed_stops_at_load_time(
+    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+) -> None:
+    """report_to a tracker neither installed nor (without --use-conda) in the jobs' env: refused
+    before any job queues, not in the training job after the queue."""
+    bin_dir, _ = no_slurm_clients
+    overlay = tmp_path / "wandb.yaml"
+    base = yaml.safe_load((REPO / "configs" / "paper_qwen3_4b.yaml").read_text())
+    update_config(base, {"training": {"report_to": ["wandb"]}})
+    overlay.write_text(yaml.safe_dump(base))
+    proc = dry_run(overlay, tmp_path, bin_dir)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Building DAG of jobs" not in out, out[-2000:]
+    assert "training.report_to: ['wandb'] not installed here" in out, out[-2000:]
+
+
 def test_a_micro_batch_too_large_for_one_gpu_stops_at_load_time(
     tmp_path: Path, no_slurm_clients: tuple[Path, Path]
 ) -> None:

@@ -62,8 +62,9 @@ def test_another_dtype_starts_fresh_and_the_original_gets_its_own_weights(
     )
     stale = workdir / f"{RUN}.stale-0"
     assert not list(stale.glob("checkpoint-*")) and (stale / "metrics.csv").is_file()
+    # the trained weights stay float32 masters whatever model.dtype (rredcot.training.precision)
     half = load_file(run_dir / "final" / "model.safetensors")
-    assert any(not (half[k].float() == reference[k].float()).all() for k in reference)
+    assert half.keys() == reference.keys() and {t.dtype for t in half.values()} == {torch.float32}
 
     log, summary = train(probe)
     assert "arguments.dtype" in log and "resuming from" not in log, log[-3000:]

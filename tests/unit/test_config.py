@@ -97,7 +97,8 @@ def test_a_variant_needs_a_known_method(schema, default):
 SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method override
     *("methods", "seeds", "extra_seeds", "per_method", "variants", "curve", "mc"),
     *("num_processes", "device", "bf16", "keep_stale_checkpoints", "save_minutes"),
-    *("ddp_timeout", "report_to"),  # how the launch waits and reports, not what a run computes
+    # how the launch waits and reports, not what a run computes
+    *("ddp_timeout", "report_to", "report_offline"),
 }  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
     "credit": {"rredcot", "mc", "oracle_step", "oracle_rule"},

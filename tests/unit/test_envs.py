@@ -84,10 +84,18 @@ def test_env_pins_equal_pyproject(env: Path) -> None:
     assert not missing, f"{env.name}: lacks the project dependencies {missing}"
 
 
-def test_gpu_env_holds_the_gpu_extra() -> None:
+@pytest.mark.parametrize("extra", ["gpu", "tracking"])
+def test_gpu_env_holds_the_gpu_and_tracking_extras(extra: str) -> None:
     pins = env_pip_pins(REPO / "envs" / "rredcot-gpu.yaml")
-    gpu = dict(exact_pin(s) for s in project()["optional-dependencies"]["gpu"])
-    assert gpu.items() <= pins.items(), f"gpu extra {gpu} not all in rredcot-gpu.yaml"
+    wanted = dict(exact_pin(s) for s in project()["optional-dependencies"][extra])
+    assert wanted.items() <= pins.items(), f"{extra} extra {wanted} not all in rredcot-gpu.yaml"
+
+
+def test_the_tracking_extra_holds_every_tracker() -> None:
+    from rredcot.training_rules import TRACKERS
+
+    tracking = {exact_pin(s)[0] for s in project()["optional-dependencies"]["tracking"]}
+    assert set(TRACKERS) == tracking
 
 
 def rule_blocks(text: str) -> list[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """Settings a paper-scale run needs beyond the CPU default: several optimizer updates per
 generation, several passes, the truncation mask, the DDP timeout and experiment tracking (run
-names from method and seed, the run record unchanged by the last two)."""
+names from method and seed, the run record unchanged by the last two), trackers checked at load
+time, offline tracking, and `device: auto` refused without a GPU."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from rredcot.steps.train_policy import build_parser, record_blocks
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.trl_config import grpo_config
-from rredcot.training_rules import settings_error
+from rredcot.training_rules import TRACKERS, settings_error, tracker_error
 
 
 def test_four_updates_per_generation(tmp_path: Path) -> None:
@@ -70,6 +71,51 @@ def test_trackers_are_checked() -> None:
     if missing:  # on this machine: named as not installed
         with pytest.raises(ValueError, match=rf"\['{missing[0]}'\] not installed"):
             RunOptions(report_to=(missing[0],))
+
+
+def test_trackers_pinned_in_the_jobs_env_pass_the_load_time_check(tmp_path: Path) -> None:
+    """At Snakemake load time under --use-conda a tracker may live in the jobs' env file only."""
+    gpu_env = Path(__file__).resolve().parents[2] / "envs" / "rredcot-gpu.yaml"
+    assert tracker_error(list(TRACKERS), gpu_env) is None
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("dependencies:\n  - pip:\n      - torch==2.13.0\n")
+    missing = [t for t in TRACKERS if not _installed(t)]
+    if missing:
+        error = tracker_error(missing[:1], bare)
+        assert error is not None and f"['{missing[0]}'] not installed here nor pinned" in error
+
+
+def test_report_offline_keeps_the_trackers_local() -> None:
+    environ = {"TRACKIO_SPACE_ID": "me/runs"}
+    RunOptions(report_offline=True).environment(environ)
+    assert environ == {"WANDB_MODE": "offline"}
+    online = {"TRACKIO_SPACE_ID": "me/runs"}
+    RunOptions().environment(online)
+    assert online == {"TRACKIO_SPACE_ID": "me/runs"}
+    with pytest.raises(ValueError, match="training.report_offline: expected true or false"):
+        RunOptions(report_offline="yes")
+
+
+def test_device_auto_without_cuda_is_refused_before_training(
+    tiny_checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU config on a machine where torch sees no GPU stops, instead of training on the CPU."""
+    import torch
+
+    from rredcot.data.synthetic import WorldConfig, generate_split
+    from rredcot.models.loading import load_model, load_tokenizer
+    from rredcot.training.run import train_policy
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = tiny_checkpoint("device_auto")
+    table = generate_split(4, [2], 3, "train", WorldConfig(modulus=2))
+    settings = TrainingSettings(
+        device="auto", prompts_per_step=2, num_generations=2, max_completion_length=8,
+        max_steps=1,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"training.device: 'auto' .* no CUDA device"):
+        train_policy(load_model(path), load_tokenizer(path), table, settings, tmp_path / "run")
+    assert not (tmp_path / "run" / "final").exists()
 
 
 def _installed(name: str) -> bool:

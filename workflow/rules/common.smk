@@ -38,7 +38,13 @@ from rredcot.doses import (
     share_world,
 )  # noqa: E402
 from rredcot.timing import check_benchmark_paths  # noqa: E402
-from rredcot.training_rules import budget_pairs, placebo_pairs, run_settings  # noqa: E402
+from rredcot.training_rules import (  # noqa: E402
+    budget_pairs,
+    placebo_pairs,
+    run_settings,
+    tracker_error,
+)
+from snakemake.settings.types import DeploymentMethod  # noqa: E402
 
 # A target written after --configfile is read as a config file: stop before its keys are
 # merged into the config, naming the fix.
@@ -64,6 +70,18 @@ if not (Path(workflow.basedir) / config["conda_env"]).is_file():
         f"choose one of {_envs}"
     )
 CONDA_ENV = f"../../{config['conda_env']}"
+# The trackers of training.report_to, before any job queues: importable here, or pinned in the
+# jobs' env file under --use-conda (rredcot.training_rules.tracker_error; the job checks again).
+_tracker_error = tracker_error(
+    config["training"]["report_to"],
+    (
+        Path(workflow.basedir) / config["conda_env"]
+        if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+        else None
+    ),
+)
+if _tracker_error is not None:
+    raise ConfigError(_tracker_error)
 WORLD_SPLITS = list(config["world"]["splits"])
 WORLD_TABLES = ["train", *WORLD_SPLITS]
 # The estimator studies draw their problems from a pool of their own (`studies.pool`), disjoint

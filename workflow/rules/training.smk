@@ -54,7 +54,12 @@ rule train_policy:
         dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),
         curve=lambda w, input: curve_args(input),
-        runtime=arg({k: config["training"][k] for k in ("ddp_timeout", "report_to")}),
+        runtime=arg(
+            {
+                k: config["training"][k]
+                for k in ("ddp_timeout", "report_to", "report_offline")
+            }
+        ),
         keep_stale=(
             "--keep-stale-checkpoints"
             if config["training"]["keep_stale_checkpoints"]

@@ -8,6 +8,7 @@ import logging
 import os
 import random
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,17 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def rank_threads(threads: int, environ: Mapping[str, str] = os.environ) -> int:
+    """This process's share of the job's `threads`: the job's CPUs are split among the ranks
+    `accelerate launch` (torchrun) started on this node (`LOCAL_WORLD_SIZE`), so 8 ranks of a
+    64-CPU job take 8 threads each instead of 64 each (512 threads fighting over 64 cores)."""
+    ranks = int(environ.get("LOCAL_WORLD_SIZE") or 1)
+    return max(1, threads // max(1, ranks))
+
+
 def setup(threads: int | None = None) -> None:
-    """Log to stderr (the rule's log file) with timestamps; cap torch's threads."""
+    """Log to stderr (the rule's log file) with timestamps; cap torch's threads at this
+    process's share of the job's (`rank_threads`)."""
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -33,7 +43,8 @@ def setup(threads: int | None = None) -> None:
     if threads is not None:
         import torch
 
-        torch.set_num_threads(max(1, threads))
+        threads = rank_threads(threads)
+        torch.set_num_threads(threads)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     log.info("command: %s", " ".join(sys.argv))
 

@@ -9,7 +9,9 @@ checkpoint in `--out`. On SIGTERM or SIGUSR1 it finishes the optimizer step unde
 checkpoint at it and exits with status 75 (`RETRY_EXIT_CODE`; Snakemake's retry resumes it); a
 second trainer on a run directory in use exits at once with status 1, naming the holder.
 On GPUs it runs under `accelerate launch ... -m rredcot.steps.train_policy`
-(`rredcot.training.launch.accelerate_command`), one process per GPU, with `--dtype bfloat16`.
+(`rredcot.training.launch.accelerate_command`), one process per GPU, with `--dtype bfloat16`;
+the weights the optimizer writes stay float32 unless DeepSpeed or LoRA keeps a float32 master
+copy (`rredcot.training.precision`).
 
 The run record (`rredcot.training.run_dir.run_record`) holds every argument but those in
 `NOT_IDENTITY`, the inputs by content: a run resumes only what it would itself have written.
@@ -27,10 +29,12 @@ from rredcot.data.schema import read_parquet
 from rredcot.models.loading import DTYPES, load_model, load_tokenizer
 from rredcot.steps.cli import log, parser, seed_everything, setup
 from rredcot.training.curves import CurveSettings
+from rredcot.training.precision import policy_dtype, uses_deepspeed
 from rredcot.training.run import train_policy
 from rredcot.training.run_dir import job_record
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.stopping import RETRY_EXIT_CODE, TrainingInterrupted
+from rredcot.training.trl_config import check_device
 
 INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
 """Path arguments the run record holds by content (`fingerprint`)."""
@@ -56,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         default="float32",
         choices=sorted(DTYPES),
-        help="dtype the policy is loaded in (float32 on the CPU; bfloat16 with training.bf16 on "
-        "GPUs)",
+        help="model.dtype: the policy's dtype where DeepSpeed or LoRA keeps float32 master "
+        "weights; otherwise the policy is trained in float32 (under bf16 autocast with "
+        "training.bf16)",
     )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--curve-problems", type=Path, help="held-out problems of the learning curve")
@@ -66,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime",
         type=json.loads,
         default={},
-        help="RunOptions as JSON (training.ddp_timeout, training.report_to)",
+        help="RunOptions as JSON (training.ddp_timeout, training.report_to, "
+        "training.report_offline)",
     )
     p.add_argument(
         "--keep-stale-checkpoints",
@@ -92,9 +98,13 @@ def main() -> None:
     args = build_parser().parse_args()
     setup(args.threads)
     settings = TrainingSettings.from_dict(args.params)
+    check_device(settings)  # before a model of minutes to load
+    options = RunOptions(**args.runtime)
+    options.environment()  # offline trackers: before they start
     seed_everything(settings.seed)
     tokenizer = load_tokenizer(args.model)
-    model = load_model(args.model, dtype=args.dtype)
+    # float32 masters unless DeepSpeed or LoRA keeps them (rredcot.training.precision)
+    model = load_model(args.model, dtype=policy_dtype(args.dtype, settings, uses_deepspeed()))
     table = read_parquet(args.train)
     log.info("training %s (seed %d) on %d problems", settings.method, settings.seed, table.height)
     curve = None
@@ -113,7 +123,7 @@ def main() -> None:
             arguments=arguments,
             keep_stale_checkpoints=args.keep_stale_checkpoints,
             save_minutes=args.save_minutes,
-            options=RunOptions(**args.runtime),
+            options=options,
         )
     except TrainingInterrupted as stop:
         log.warning("%s (exit status %d: retry)", stop, RETRY_EXIT_CODE)

@@ -102,6 +102,47 @@ def save_final(model: Any, out: str | Path) -> None:
     model.merge_and_unload().save_pretrained(out)
 
 
+def exact_unmerge(model: Any) -> None:
+    """Make the peft `model`'s `merge_adapter()` / `unmerge_adapter()`, which TRL's vLLM weight
+    sync calls around every sync, give the base weights back bit for bit.
+
+    peft merges W += ΔW in place and unmerges W -= ΔW, which in bf16 does not give W back: the
+    error adds up over the syncs (an open TRL issue measured 28% drift of mean |w| after 100; a
+    paper config syncs hundreds of times). Here the merge writes W + ΔW into new tensors (peft's
+    `safe_merge`, which also refuses a NaN) and the unmerge puts the untouched originals back, no
+    arithmetic: no drift, at the cost of a second copy of the adapted weights during a sync.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    peft_merge = model.merge_adapter
+    kept: list[tuple[Any, Any]] = []  # (parameter, its data before the merge)
+
+    def merge_adapter(adapter_names: list[str] | None = None, safe_merge: bool = True) -> None:
+        if kept:
+            raise RuntimeError("merge_adapter: the adapter is merged already (unmerge it first)")
+        weights = [layer.get_base_layer().weight for layer in layers]
+        kept.extend((p, p.data) for p in weights)
+        peft_merge(adapter_names, safe_merge=True)
+        in_place = [p for p, data in kept if p.data.data_ptr() == data.data_ptr()]
+        if any(layer.merged for layer in layers) and in_place:
+            raise RuntimeError(
+                f"training.lora.target_modules: {len(in_place)} adapted layer(s) merged in place "
+                "(not a linear layer?), so their base weights cannot be restored exactly after "
+                "the vLLM weight sync; adapt linear layers only"
+            )
+
+    def unmerge_adapter() -> None:
+        for p, data in kept:
+            p.data = data
+        kept.clear()
+        for layer in layers:
+            layer.merged_adapters.clear()
+
+    model.merge_adapter = merge_adapter  # instance attributes over peft's methods
+    model.unmerge_adapter = unmerge_adapter
+
+
 def missing_targets(target_modules: str | Sequence[str], module_names: Sequence[str]) -> list[str]:
     """The names of `target_modules` that match no module of the model, as peft matches a
     list (a module's name or its last dotted parts); "all-linear" matches any model."""

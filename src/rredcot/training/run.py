@@ -48,9 +48,10 @@ from rredcot.method_registry import method_spec
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
-from rredcot.training.lora import save_final
+from rredcot.training.lora import exact_unmerge, save_final
 from rredcot.training.methods import Method, build_method
 from rredcot.training.metrics import MetricsCSV
+from rredcot.training.precision import UpdateCheck, check_master_weights
 from rredcot.training.run_dir import (
     checkpoint_step,
     claim_run_dir,
@@ -62,7 +63,7 @@ from rredcot.training.run_dir import (
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.stopping import CheckpointGuard, TrainingInterrupted
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
-from rredcot.training.trl_config import check_vllm_memory, grpo_config
+from rredcot.training.trl_config import check_device, check_vllm_memory, grpo_config
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,8 @@ def build_trainer(
     options: RunOptions | None = None,
 ) -> CreditGRPOTrainer:
     """The trainer for `settings` (method built from them unless given), launched and
-    reporting as `options` say."""
+    reporting as `options` say. Trainable weights below float32 without DeepSpeed are refused
+    (`check_master_weights`), and a first update that moves none stops the run (`UpdateCheck`)."""
     task = get_task(settings.task)
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
@@ -150,11 +152,14 @@ def build_trainer(
         args=grpo_config(settings, out, options=options),  # checks the layout against this launch
         train_dataset=train,
         processing_class=tokenizer,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, UpdateCheck()],
         method=method,
         padding_free=settings.padding_free,
         peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
+    check_master_weights(trainer.model, trainer.is_deepspeed_enabled)
+    if settings.lora is not None and settings.use_vllm:
+        exact_unmerge(trainer.model)  # each vLLM weight sync merges and unmerges the adapter
     if settings.lora is not None and _is_zero3(trainer):
         raise ValueError(
             "training.lora: LoRA runs are not launched under DeepSpeed ZeRO-3 here (the final "
@@ -166,6 +171,16 @@ def build_trainer(
 
 def _is_zero3(trainer: CreditGRPOTrainer) -> bool:
     return DistributedBackend(trainer.accelerator).is_zero3
+
+
+def _gathered_state_dict(trainer: CreditGRPOTrainer) -> dict[str, Any] | None:
+    """The policy's whole weights where ZeRO-3 sharded them, gathered (a collective, on every
+    process; needs the config's zero3_save_16bit_model); None where every process holds them
+    whole: without ZeRO-3, and in a run resumed at max_steps, whose model was loaded from the
+    checkpoint and never prepared (sharded) by DeepSpeed, so there is no engine to gather from."""
+    if not _is_zero3(trainer) or trainer.model_wrapped is trainer.model:
+        return None
+    return trainer.accelerator.get_state_dict(trainer.model_wrapped)
 
 
 def train_policy(
@@ -183,7 +198,8 @@ def train_policy(
     save_minutes: float | None = None,
 ) -> dict[str, Any]:
     """Train `model` on the problems of `table`; resume from `out`'s newest checkpoint if any.
-    `options` (ddp timeout, trackers) are not part of the run record.
+    `options` (ddp timeout, trackers) are not part of the run record. `training.device` auto
+    without a CUDA device is refused (`check_device`).
 
     `curve` (held-out problems, settings): evaluate the policy on them during the run into
     `out/curve.csv` (`rredcot.training.curves`). `fingerprints` name the inputs (base model,
@@ -202,6 +218,7 @@ def train_policy(
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
     main one alone removes, appends and writes files.
     """
+    check_device(settings)
     out = Path(out)
     from accelerate import PartialState
 
@@ -286,9 +303,7 @@ def _train_policy(
         stopped = out / f"{PREFIX_CHECKPOINT_DIR}-{guard.stopped_at}"
         raise TrainingInterrupted(why, guard.stopped_at, stopped)
     final = out / "final"
-    # ZeRO-3 shards the weights: gather them (a collective, on every process; needs the config's
-    # zero3_save_16bit_model). Otherwise every process holds them whole.
-    state_dict = accelerator.get_state_dict(trainer.model_wrapped) if _is_zero3(trainer) else None
+    state_dict = _gathered_state_dict(trainer)
     if main:
         policy = accelerator.unwrap_model(trainer.model)
         if settings.lora is not None:

@@ -6,10 +6,10 @@ field); cross-field rules live in `rredcot.training_rules`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, MutableMapping
 from dataclasses import asdict, dataclass, field, fields
 from numbers import Integral, Real
 from typing import Any
@@ -22,7 +22,7 @@ from rredcot.data.misconceptions import Misconception
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods import METHODS, ResetConfig
-from rredcot.training_rules import settings_error
+from rredcot.training_rules import settings_error, tracker_error
 
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
 LR_SCHEDULERS: tuple[str, ...] = ("constant", "constant_with_warmup", "linear", "cosine")
@@ -272,35 +272,37 @@ class TrainingSettings:
         return json.loads(json.dumps(asdict(self), default=list))
 
 
-TRACKERS: tuple[str, ...] = ("wandb", "trackio", "tensorboard")
-"""TRL's report_to names this workflow offers; each is also the module it needs installed."""
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """How a run is launched and watched, not what it computes (config keys
-    `training.ddp_timeout` and `training.report_to`): left out of the run record, so a run
-    resumes whatever they are."""
+    `training.ddp_timeout`, `training.report_to` and `training.report_offline`): left out of the
+    run record, so a run resumes whatever they are."""
 
     ddp_timeout: int = 1800
     """Seconds a rank waits at a collective (TRL's `ddp_timeout`)."""
     report_to: tuple[str, ...] = ()
-    """Experiment trackers (`TRACKERS`); empty: none."""
+    """Experiment trackers (`rredcot.training_rules.TRACKERS`); empty: none."""
+    report_offline: bool = False
+    """Trackers write locally only (`environment`): wandb in offline mode (`wandb sync` later),
+    trackio without a Space (`TRACKIO_SPACE_ID` dropped); tensorboard is always local. For
+    compute nodes without internet access."""
 
     def __post_init__(self) -> None:
         _positive_int("ddp_timeout", self.ddp_timeout)
         object.__setattr__(self, "report_to", tuple(self.report_to))
-        unknown = [t for t in self.report_to if t not in TRACKERS]
-        if unknown:
+        if not isinstance(self.report_offline, bool):
             raise ValueError(
-                f"training.report_to: {unknown} are not trackers; choose from {list(TRACKERS)}"
+                f"training.report_offline: expected true or false, got {self.report_offline!r}"
             )
-        missing = [t for t in self.report_to if importlib.util.find_spec(t) is None]
-        if missing:
-            raise ValueError(
-                f"training.report_to: {missing} not installed here (pip install {' '.join(missing)}"
-                ") or leave them out"
-            )
+        error = tracker_error(self.report_to)
+        if error is not None:
+            raise ValueError(error)
+
+    def environment(self, environ: MutableMapping[str, str] = os.environ) -> None:
+        """Set `environ` for `report_offline` (before the trackers start); online: unchanged."""
+        if self.report_offline:
+            environ["WANDB_MODE"] = "offline"
+            environ.pop("TRACKIO_SPACE_ID", None)
 
     def trainer_args(self, run_name: str) -> dict[str, Any]:
         """The TrainingArguments these options set."""

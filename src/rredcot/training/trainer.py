@@ -276,7 +276,9 @@ class CreditGRPOTrainer(GRPOTrainer):
 
     def _keeps_generation(self, rows: int) -> bool:
         """Keep what HF generate computed for this batch? (See the module docstring, 4.)"""
-        vocab = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight.shape[0]
+        head = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight
+        # ZeRO-3 leaves each process an empty shard (shape (0,)); DeepSpeed keeps the real shape
+        vocab = getattr(head, "ds_shape", head.shape)[0]
         return (
             getattr(self.method, "reuses_generation", False)
             and not self.use_vllm

@@ -16,7 +16,7 @@ from trl import GRPOConfig
 from rredcot.method_registry import method_spec
 from rredcot.training.methods import METHODS
 from rredcot.training.settings import RunOptions, TrainingSettings
-from rredcot.training_rules import process_layout
+from rredcot.training_rules import device_error, process_layout
 from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
 
@@ -153,6 +153,17 @@ def grpo_config(
             f"config); make them agree (accelerate launch --mixed_precision {precision})"
         )
     return config
+
+
+def check_device(settings: TrainingSettings) -> None:
+    """Refuse `training.device` auto where torch sees no CUDA device (`device_error`): a GPU
+    config would otherwise train on the CPU without a word. Checked in the job, before the
+    model loads: the machine that parses the config (a login node) need not have a GPU."""
+    import torch
+
+    error = device_error(settings.device, torch.cuda.is_available())
+    if error is not None:
+        raise ValueError(error)
 
 
 def check_vllm_memory(model: PreTrainedModel, settings: TrainingSettings) -> None:

@@ -2,8 +2,7 @@
 NuminaMath-CoT layout (`problem`, `solution`), TRL's math accuracy reward, RREDCoTTrainer.
 
     python examples/rredcot_trl.py --model Qwen/Qwen2.5-Math-1.5B   # a GPU, NuminaMath-CoT
-    python examples/rredcot_trl.py --tiny                           # CPU, offline: a tiny random
-        # model and a few rows of the benchmark mirror (the directory in $RREDCOT_MIRROR)
+    python examples/rredcot_trl.py --tiny   # CPU, offline: tiny random model, $RREDCOT_MIRROR rows
 """
 
 import argparse
@@ -68,8 +67,14 @@ args = RREDCoTConfig(
     save_strategy="no",
     report_to="none",
 )
-reward = accuracy_reward  # math-verify on the completion against the row's `solution`
-trainer = RREDCoTTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset)
+
+
+def printable(completions, **kwargs):  # --tiny: a random model is never right; samples differ
+    return [sum(ch.isprintable() for ch in c[0]["content"]) / 32 for c in completions]
+
+
+rewards = [accuracy_reward, printable] if cli.tiny else [accuracy_reward]  # math-verify vs solution
+trainer = RREDCoTTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=dataset)
 trainer.train()
 trainer.save_model(cli.output_dir)
 trainer.save_state()  # trainer_state.json: the logged metrics, credit/… among them

@@ -376,7 +376,7 @@ class RREDCoTTrainer(CreditGRPOTrainer):
                 bad.append(i)
         if not bad:
             return 0
-        what = "a reference solution" if reads_reference else "an answer"
+        what = "reference solution" if reads_reference else "answer"
         where = (
             f"{column!r} (reference_column; with an answer in {args.answer_column!r} or one the "
             f"task extracts from it)"

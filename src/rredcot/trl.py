@@ -69,17 +69,25 @@ ESTIMATORS: dict[str, tuple[type, ...]] = {
     "srpo": (ResetConfig,),
 }
 """The settings class(es) of each credit's `estimator` block (none: the block must be empty)."""
+PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "segmentation": {"strategy": "hybrid", "num_segments": 8, "discourse_markers": True},
+    "rredcot": {"answer_now": "joint"},
+    "transform": {"mode": "mixed", "beta": 1.0, "center": "none"},
+}
+"""The workflow's settings for math reasoning traces (configs/paper_*.yaml over config.yaml),
+under the keys a config leaves out; the other keys keep their classes' defaults."""
 MC_BATCH_SIZE = "batch_size"
 """The one `estimator` key of `mc` beyond `MCConfig`'s: rollout rows per generate call."""
 
 
-def _defaults(cls: type) -> str:
-    """`name=default, …` of a settings dataclass (for the help text)."""
+def _defaults(cls: type, block: str = "") -> str:
+    """`name=default, …` of a settings dataclass under `PAPER_DEFAULTS[block]` (help text)."""
     out = []
     for f in dataclasses.fields(cls):
         if f.name.startswith("_") or f.name == "keywords":
             continue
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = PAPER_DEFAULTS.get(block, {}).get(f.name, default)
         out.append(f"{f.name}={default!r}")
     return ", ".join(out)
 
@@ -129,7 +137,8 @@ class RREDCoTConfig(GRPOConfig):
     """TRL's `GRPOConfig` with the credit's settings; every field has the workflow's default.
 
     The blocks `segmentation`, `estimator` and `transform` are dicts (or JSON strings on the
-    command line, as TRL's `model_init_kwargs`); a key left out keeps its default.
+    command line, as TRL's `model_init_kwargs`); a key left out keeps the workflow's default
+    for math reasoning traces (`PAPER_DEFAULTS`, else the settings class's).
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [
@@ -152,15 +161,15 @@ class RREDCoTConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "How each response is cut into segments (METHOD.md §2), keys of "
-            f"SegmentationConfig: {_defaults(SegmentationConfig)} (None: these defaults). "
-            "rredcot, mc, rrpo and srpo."
+            f"SegmentationConfig: {_defaults(SegmentationConfig, 'segmentation')} (None: "
+            "these defaults). rredcot, mc, rrpo and srpo."
         },
     )
     estimator: dict[str, Any] | str | None = field(
         default=None,
         metadata={
             "help": "The credit's estimator settings (None: defaults). rredcot (METHOD.md §3): "
-            f"{_defaults(EstimatorConfig)}. mc (§5): {_defaults(MCConfig)}, "
+            f"{_defaults(EstimatorConfig, 'rredcot')}. mc (§5): {_defaults(MCConfig)}, "
             f"{MC_BATCH_SIZE}=64 (rollout rows per generate call). rrpo/srpo (§6): "
             f"{_defaults(ResetConfig)}. grpo: none."
         },
@@ -169,7 +178,8 @@ class RREDCoTConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "How segment credits become token advantages (METHOD.md §4), keys of "
-            f"CreditConfig: {_defaults(CreditConfig)} (None: these defaults). rredcot and mc."
+            f"CreditConfig: {_defaults(CreditConfig, 'transform')} (None: these defaults). "
+            "rredcot and mc."
         },
     )
     task: str = field(
@@ -220,9 +230,11 @@ class RREDCoTConfig(GRPOConfig):
             if block is not None and not isinstance(block, Mapping):
                 raise ValueError(f"{name}: expected a dict or a JSON object, got {block!r}")
         estimator = dict(self.estimator or {})
+        segmentation = {**PAPER_DEFAULTS["segmentation"], **(self.segmentation or {})}
+        transform = {**PAPER_DEFAULTS["transform"], **(self.transform or {})}
         blocks: dict[str, Any] = {
-            "segmentation": SegmentationConfig.from_dict(self.segmentation or {}),
-            "credit": CreditConfig.from_dict(self.transform or {}),
+            "segmentation": SegmentationConfig.from_dict(segmentation),
+            "credit": CreditConfig.from_dict(transform),
         }
         if self.credit == "mc" and MC_BATCH_SIZE in estimator:
             blocks["mc_batch_size"] = estimator.pop(MC_BATCH_SIZE)
@@ -231,7 +243,7 @@ class RREDCoTConfig(GRPOConfig):
             raise ValueError(f"estimator: credit {self.credit!r} has no estimator settings")
         for kind in kinds:
             key = {EstimatorConfig: "rredcot", MCConfig: "mc", ResetConfig: "resets"}[kind]
-            blocks[key] = kind.from_dict(estimator)
+            blocks[key] = kind.from_dict({**PAPER_DEFAULTS.get(key, {}), **estimator})
         return MethodSettings(**blocks)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from datasets import Dataset
 from safetensors.torch import load_file
 from trl import GRPOConfig, GRPOTrainer
@@ -162,6 +163,21 @@ def test_config_refuses_oracles_and_unknown_keys_and_reads_json_blocks(tmp_path)
     assert config.method_settings().segmentation.strategy == "keyword"
     config = RREDCoTConfig(output_dir=out, credit="mc", estimator={"batch_size": 8}, **COMMON)
     assert config.method_settings().mc_batch_size == 8
+
+
+def test_the_defaults_are_the_workflows_for_math_reasoning_traces():
+    """PAPER_DEFAULTS are the paper configs' settings (over config.yaml's)."""
+    from rredcot.trl import PAPER_DEFAULTS
+
+    base = yaml.safe_load((REPO / "config.yaml").read_text())
+    for name in ("paper_qwen3_4b", "paper_r1_distill_1p5b"):
+        paper = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+        segmentation = {**base["segmentation"], **paper["segmentation"]}
+        rredcot = {**base["estimator"]["rredcot"], **paper["estimator"]["rredcot"]}
+        transform = {**base["training"]["credit"], **paper["training"]["credit"]}
+        for block, values in (("segmentation", segmentation), ("rredcot", rredcot)):
+            assert PAPER_DEFAULTS[block].items() <= values.items()
+        assert PAPER_DEFAULTS["transform"].items() <= transform.items()
 
 
 def test_an_unsupported_trl_version_fails_at_import_naming_both_versions(monkeypatch):

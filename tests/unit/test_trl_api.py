@@ -15,6 +15,7 @@ import torch
 import yaml
 from datasets import Dataset
 from safetensors.torch import load_file
+from test_trainer import ARCH, loss_and_grads  # the tiny policy and TRL's loss on a batch
 from trl import GRPOConfig, GRPOTrainer
 
 import rredcot.trl_support
@@ -25,14 +26,6 @@ from rredcot.models.tokenizer import build_chat_tokenizer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 REPO = Path(__file__).resolve().parents[2]
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 16,
-}
 SOLVED = {
     "problem": "a=3, b=8. Find a+b.",
     "solution": "We add the two numbers.\n3 + 8 = 11.\nSo the sum is $\\boxed{11}$.",
@@ -98,14 +91,6 @@ def test_a_plain_dataset_and_a_user_reward_train_with_rredcot_credit(tmp_path, c
     logged = {k for entry in t.state.log_history for k in entry}
     assert {"credit/advantage_std", "credit/forward_tokens", "credit/num_segments"} <= logged
     assert any(not torch.equal(p, before[n]) for n, p in t.model.named_parameters())
-
-
-def loss_and_grads(t, inputs):
-    t.current_gradient_accumulation_steps = 1  # set by HF's training loop
-    t.model.zero_grad()
-    loss = t.compute_loss(t.model, inputs)
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in t.model.named_parameters()}
 
 
 def test_grpo_credit_gives_grpotrainers_loss_and_gradients(tmp_path):

@@ -50,6 +50,9 @@ from rredcot.scoring.packed import GenerationCache
 from rredcot.tasks.base import Task
 from rredcot.training.methods.base import Method, RolloutBatch
 from rredcot.training.padding_free import packs_rows, unpadded_token_logps
+from rredcot.trl_support import check_trl_version
+
+check_trl_version()  # the overrides below are written against these TRL releases
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +208,18 @@ class EpochRepeatSampler(RepeatSampler):
 class CreditGRPOTrainer(GRPOTrainer):
     """GRPO with a method strategy for advantages (B, T) and, optionally, group sampling.
 
-    Takes GRPOTrainer's arguments plus `method` (a `rredcot.training.methods.Method`).
+    Takes GRPOTrainer's arguments plus `method` (a `rredcot.training.methods.Method`); a
+    subclass may leave it out and build it in `default_method` (the public `RREDCoTTrainer`
+    builds it from its config), and may hand the method other rows than TRL's (`method_rows`).
     """
 
     _tag_names = ["trl", "grpo", "rredcot"]
 
     def __init__(
-        self, *args: Any, method: Method, padding_free: bool = False, **kwargs: Any
+        self, *args: Any, method: Method | None = None, padding_free: bool = False, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        method = self.default_method() if method is None else method
         self.method = method
         self.padding_free = padding_free
         self._rows: list[dict[str, Any]] | None = None
@@ -240,6 +246,14 @@ class CreditGRPOTrainer(GRPOTrainer):
                 f"multiple of num_generations = {self.num_generations}"
             )
 
+    def default_method(self) -> Method:
+        """The method when none is given (after TRL's setup: tokenizer, eos ids are known)."""
+        raise TypeError("CreditGRPOTrainer: needs method= (a rredcot.training.methods.Method)")
+
+    def method_rows(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows the method sees for TRL's batch rows `inputs` (the rows themselves here)."""
+        return inputs
+
     # ---------------------------------------------------------------- data order
 
     def _get_train_sampler(self, dataset=None):  # noqa: ANN001, ANN202 (TRL's signature)
@@ -252,7 +266,7 @@ class CreditGRPOTrainer(GRPOTrainer):
         prompts)."""
         if self._rows is None or len(self._rows) != len(prompts):
             raise RuntimeError("rollout: the batch rows were not recorded before generation")
-        return self.method.rollout(self, self._rows)
+        return self.method.rollout(self, self.method_rows(self._rows))
 
     def sample(
         self, prompt_ids: Sequence[Sequence[int]], num_generations: int = 1
@@ -338,7 +352,7 @@ class CreditGRPOTrainer(GRPOTrainer):
             n = self.num_generations if self.model.training else self.num_generations_eval
             groups = group_ids(rewards_all.numel(), n)[first : first + b]
         return RolloutBatch(
-            rows=inputs,
+            rows=self.method_rows(inputs),
             prompt_ids=output["prompt_ids"],
             prompt_mask=output["prompt_mask"],
             completion_ids=output["completion_ids"],

@@ -110,6 +110,8 @@ class Method(ABC):
     """A method that samples its own groups defines `def rollout(self, trainer, rows)`."""
     reuses_generation: ClassVar[bool] = False
     """True when `advantages` reads `batch.generation` (the trainer then keeps it)."""
+    reads_reference: ClassVar[bool] = False
+    """True when `advantages` reads each row's `reference` (and `answer`): RREDCoT."""
 
     @abstractmethod
     def advantages(self, batch: RolloutBatch, policy: torch.nn.Module) -> MethodOutput:

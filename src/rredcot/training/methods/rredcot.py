@@ -64,6 +64,7 @@ class RREDCoTMethod(SegmentCreditMethod):
 
     name: ClassVar[str] = "rredcot"
     reuses_generation: ClassVar[bool] = True
+    reads_reference: ClassVar[bool] = True
     metric_names: ClassVar[tuple[str, ...]] = (
         "credit/num_segments",
         "credit/phi0_mean",

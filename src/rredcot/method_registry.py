@@ -34,6 +34,7 @@ SHARED_RUN_KEYS: tuple[str, ...] = (
     "save_steps",
     "save_total_limit",
     "max_problems",
+    "rule_share",
     "gradient_checkpointing",
     "padding_free",
     "per_device_batch_size",

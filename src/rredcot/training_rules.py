@@ -213,7 +213,11 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method", "budget_of")
 VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
 """Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
-OMITTED_AT_DEFAULT: Mapping[str, Any] = {"padding_free": False, "credit.placebo": "none"}
+OMITTED_AT_DEFAULT: Mapping[str, Any] = {
+    "padding_free": False,
+    "credit.placebo": "none",
+    "rule_share": None,
+}
 """Settings added after runs were recorded: left out of a run's settings at their default
 (`TrainingSettings`' too), so the runs' `--params` and records stay as they were. A dotted key
 names a key of a block (`credit.placebo`: `placebo` of the `credit` block)."""
@@ -277,7 +281,7 @@ def run_settings(
         for key in VLLM_ONLY:
             settings.pop(key, None)
     settings = omit_defaults(settings)
-    if method_spec(method).reads_misconception:
+    if method_spec(method).reads_misconception or settings.get("rule_share") is not None:
         settings["misconception"] = config.get("sft", {}).get("misconception")
     settings.update(
         method=method,

@@ -94,6 +94,17 @@ def test_method_minus_placebo_by_hand() -> None:
     # greedy right: method 7/8, placebo 4/8
     assert got["greedy_pass1"]["difference"] == pytest.approx(3 / 8)
     assert set(table["seeds"].to_list()) == {2} and set(table["against"]) == {"rredcot_perm"}
+    assert set(table["stratum"]) == {"all"}
+    # by stratum: p0, p1 (rule) and p2, p3 (no rule) are alike, each +0.125 (0.5 − 0.375)
+    strata = {"p0": "rule", "p1": "rule", "p2": "no_rule", "p3": "no_rule"}
+    table = attribution_table(
+        runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=200, strata=strata
+    )
+    by = {(r["measure"], r["stratum"]): r for r in table.iter_rows(named=True)}
+    assert by[("auc", "rule")]["difference"] == pytest.approx(0.125)
+    assert by[("auc", "no_rule")]["difference"] == pytest.approx(0.125)
+    assert by[("auc", "rule")]["endpoint"] == "secondary" and by[("auc", "rule")]["problems"] == 2
+    assert by[("auc", "all")]["endpoint"] == "primary"
 
 
 def test_unpaired_seeds_and_missing_kinds_are_errors(tmp_path) -> None:

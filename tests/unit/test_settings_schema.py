@@ -65,7 +65,11 @@ def _json(value: Any) -> Any:
 
 REQUIRED: dict[type, dict[str, Any]] = {
     LoraSettings: {"r": 8, "alpha": 16.0},
-    TrainingSettings: {"lr_scheduler": "linear"},  # a warm-up needs a schedule that has one
+    # a warm-up needs a schedule that has one; rule_share needs the world's misconception
+    TrainingSettings: {
+        "lr_scheduler": "linear",
+        "misconception": {"rule": "smaller_from_larger", "rate": 0.8},
+    },
 }
 """Values for a class's fields without a default (or that a cross-field rule needs), so that
 one field at a time can be tried."""

@@ -15,6 +15,7 @@ Rules (`MISCONCEPTION_RULES`):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING
@@ -103,3 +104,30 @@ def rule_applies(program: Program, misconception: Misconception) -> bool:
         misconception.value(s.op, values[s.left], values[s.right], program.modulus) is not None
         for s in program.steps
     )
+
+
+def rule_share_selection(applies: Sequence[bool], share: float) -> list[int]:
+    """Indices (in order) of a subset of problems in which the share whose right solution the
+    rule applies to (`applies`, one flag per problem, `rule_applies`) is `share`: the first k
+    of the R rule problems and the first n − k of the O others, n = ⌊min(R / f, O / (1 − f))⌋
+    (all R or all O at f = 1 or 0), k = round(n · f). The problems' own order is already random
+    (the world draws them so), so the subset is the head of each pool. Raises when no problem
+    is kept."""
+    if isinstance(share, bool) or not isinstance(share, Real) or not 0.0 <= share <= 1.0:
+        raise ValueError(f"training.rule_share: expected a number in [0, 1], got {share!r}")
+    rule = [i for i, a in enumerate(applies) if a]
+    other = [i for i, a in enumerate(applies) if not a]
+    if share == 1.0:
+        n, k = len(rule), len(rule)
+    elif share == 0.0:
+        n, k = len(other), 0
+    else:
+        n = int(min(len(rule) / share, len(other) / (1.0 - share)))
+        k = round(n * share)
+        n = min(n, k + len(other))
+    if n == 0:
+        raise ValueError(
+            f"training.rule_share {share:g}: no problem to keep ({len(rule)} where the rule "
+            f"applies, {len(other)} where it does not)"
+        )
+    return sorted(rule[:k] + other[: n - k])

@@ -14,6 +14,8 @@ conservative verdict, the MDE at 80% power). Measures, all "higher is better":
   *not* random; the difference is minus the difference in that error's rate, so a method that
   removes the misconception better than its placebo gains on the first;
 - `greedy_pass1`: the final policy's greedy pass@1;
+- `auc` on each stratum of the held-out problems (`stratum` rule / no_rule: whether the
+  misconception's rule applies to the problem), when the step is given the strata;
 - `final_equal_seconds` / `final_equal_tokens`, for a baseline given a method's budget
   (`training.variants.<i>.budget_of`: GRPO with more steps or samples): the method against it
   at equal cumulative wall seconds and forward tokens (`method_comparison`'s rule).
@@ -22,6 +24,7 @@ conservative verdict, the MDE at 80% power). Measures, all "higher is better":
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,10 @@ from rredcot.reporting.figures import save_figure
 ERROR_KINDS: tuple[str, ...] = ("systematic", "random")
 """First-error kinds of a wrong response (`rredcot.data.error_kinds`; random: any other)."""
 PRIMARY = "auc"
+ALL = "all"
+STRATA: tuple[str, ...] = ("rule", "no_rule")
+"""Held-out problems whose right solution has a step the misconception's rule changes, and the
+others (`rredcot.data.misconceptions.rule_applies`)."""
 EQUAL_COMPUTE = ("final_equal_seconds", "final_equal_tokens")
 """`method_comparison`'s measures at equal cumulative wall seconds and forward tokens."""
 STATS = ("difference", "ci95_low", "ci95_high", "bootstrap_verdict", "seed_t_ci95_low",
@@ -56,16 +63,31 @@ def _kind_points(labelled: pl.DataFrame) -> pl.DataFrame:
 
 
 def _row(
-    method: str, against: str, measure: str, error_kind: str, stats: Mapping[str, Any]
+    method: str,
+    against: str,
+    measure: str,
+    error_kind: str,
+    stats: Mapping[str, Any],
+    stratum: str = ALL,
 ) -> dict[str, Any]:
     return {
         "method": method,
         "against": against,
         "measure": measure,
         "error_kind": error_kind,
-        "endpoint": "primary" if measure == PRIMARY else "secondary",
+        "stratum": stratum,
+        "endpoint": "primary" if (measure, stratum) == (PRIMARY, ALL) else "secondary",
         **stats,
     }
+
+
+def _stratum(
+    runs: Sequence[RunScores], base: pl.DataFrame, problems: set[str]
+) -> tuple[list[RunScores], pl.DataFrame]:
+    """The runs and the base on `problems` only."""
+    keep = pl.col("problem_id").is_in(sorted(problems))
+    runs = [replace(r, curve=r.curve.filter(keep), final=r.final.filter(keep)) for r in runs]
+    return runs, base.filter(keep)
 
 
 def _paired_runs(
@@ -105,7 +127,7 @@ def _curve_rows(
             .select(*STATS)
             .iter_rows(named=True)
         )
-        rows.append(_row(method, against, measure, "all", stats))
+        rows.append(_row(method, against, measure, ALL, stats))
     return rows
 
 
@@ -118,6 +140,7 @@ def attribution_table(
     n_resamples: int = 10_000,
     seed: int = 0,
     budget_pairs: Sequence[tuple[str, str]] = (),
+    strata: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """One row per (pair, measure): method − placebo, paired over (seed, problem); then each
     `budget_pairs` (run, baseline given its budget) at equal seconds and equal forward tokens.
@@ -125,7 +148,9 @@ def attribution_table(
     runs: every run of both sides of every pair (`read_run`); base: the base's held-out grades
     (step 0 of every curve); t1 / greedy: labelled final responses of those runs
     (`rredcot.evaluation.regime.labelled_responses`, with first-error kinds). Both sides of a
-    pair must share their seeds (an unpaired seed is an error, never dropped)."""
+    pair must share their seeds (an unpaired seed is an error, never dropped). `strata`
+    (problem id -> `rule` | `no_rule`) adds each pair's area on each stratum of the held-out
+    problems (column `stratum`; every other row is `all`)."""
     if not pairs:
         raise ValueError("pairs: no placebo variant (training.variants with credit.placebo)")
     kinds = {"t1": _kind_points(t1), "greedy": _kind_points(greedy)}
@@ -134,6 +159,13 @@ def attribution_table(
     for method, against in pairs:
         both, seeds = _paired_runs(runs, method, against)
         rows += _curve_rows(both, base, method, against, (PRIMARY, "final"), n_resamples, seed)
+        for label in STRATA if strata else ():
+            chosen = {p for p, s in strata.items() if s == label}
+            if not chosen:
+                continue
+            part = _curve_rows(*_stratum(both, base, chosen), method, against, (PRIMARY,),
+                               n_resamples, seed)  # fmt: skip
+            rows += [{**r, "stratum": label, "endpoint": "secondary"} for r in part]
         for protocol, column, measure, kind in (
             ("t1", "avoids_systematic", "t1_avoids_systematic", "systematic"),
             ("t1", "avoids_random", "t1_avoids_random", "random"),

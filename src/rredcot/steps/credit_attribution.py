@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.data.misconceptions import Misconception
+from rredcot.data.misconceptions import Misconception, rule_applies
 from rredcot.data.schema import read_json, read_parquet, read_table
 from rredcot.evaluation.regime import labelled_responses, programs_of
 from rredcot.reporting.credit_attribution import attribution_table, plot_attribution
@@ -44,9 +44,16 @@ def main() -> None:
         for out, g, gen in ((t1, grades, t1_gen), (greedy, g_grades, g_gen)):
             labelled = labelled_responses(read_table(g), read_table(gen), programs, misconception)
             out.append(labelled.with_columns(method=pl.lit(name), seed=pl.lit(run_seed)))
+    strata = None
+    if misconception is not None:  # the held-out problems by whether the rule applies
+        strata = {
+            pid: "rule" if rule_applies(program, misconception) else "no_rule"
+            for pid, program in programs.items()
+        }
     table = attribution_table(
         runs, read_table(args.base), pl.concat(t1), pl.concat(greedy),
         [tuple(pair) for pair in pairs], n_resamples, seed, [tuple(pair) for pair in budget],
+        strata,
     )  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)

@@ -43,6 +43,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.distributed import DistributedBackend
 
+from rredcot.data.misconceptions import rule_applies, rule_share_selection
+from rredcot.data.programs import Program
 from rredcot.machine import machine_info
 from rredcot.method_registry import method_spec
 from rredcot.tasks import get_task
@@ -68,6 +70,22 @@ from rredcot.training.trl_config import check_device, check_vllm_memory, grpo_co
 log = logging.getLogger(__name__)
 
 
+def _rule_share_subset(table: pl.DataFrame, settings: TrainingSettings) -> pl.DataFrame:
+    """The problems `training.rule_share` keeps (`rule_share_selection`), logged with counts."""
+    if "program" not in table.columns or settings.misconception is None:
+        raise ValueError(
+            "training.rule_share: needs the synthetic world's `program` column and its "
+            f"misconception; the train table has {table.columns}"
+        )
+    applies = [rule_applies(Program.from_json(p), settings.misconception) for p in table["program"]]
+    keep = rule_share_selection(applies, settings.rule_share)
+    log.info(
+        "training.rule_share %g: %d of %d problems kept (%d where the rule applies)",
+        settings.rule_share, len(keep), table.height, sum(applies[i] for i in keep),
+    )  # fmt: skip
+    return table[keep]
+
+
 def training_rows(
     table: pl.DataFrame, task: Task, tokenizer: PreTrainedTokenizerBase, settings: TrainingSettings
 ) -> tuple[Dataset, list[str]]:
@@ -82,9 +100,11 @@ def training_rows(
     missing = [c for c in need if c not in table.columns]
     if missing:
         raise ValueError(f"train table: lacks column(s) {missing}; has {table.columns}")
+    oracle = method_spec(settings.method).analysis_only
+    if settings.rule_share is not None:
+        table = _rule_share_subset(table, settings)
     if settings.max_problems is not None:
         table = table.head(settings.max_problems)
-    oracle = method_spec(settings.method).analysis_only
     keyed = oracle or settings.reference == "own_path"
     if keyed and "program" not in table.columns:
         why = (

@@ -165,8 +165,11 @@ class TrainingSettings:
     """Train LoRA adapters instead of all weights (the official RRPO/SRPO setup, §6); None:
     full fine-tuning."""
     misconception: Misconception | None = None
-    """The world's misconception (`sft.misconception`), set by the workflow only for the
-    methods that read it (`MethodSpec.reads_misconception`: the rule-aware oracle); None else."""
+    """The world's misconception (`sft.misconception`), set by the workflow only for the runs
+    that read it (`MethodSpec.reads_misconception`: the rule-aware oracle; `rule_share`)."""
+    rule_share: float | None = None
+    """Train on the largest subset of the problems in which this share has a step where the
+    misconception's rule applies (`rule_share_selection`; the synthetic world); None: all."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -185,6 +188,14 @@ class TrainingSettings:
         object.__setattr__(
             self, "save_total_limit", _positive_int("save_total_limit", self.save_total_limit)
         )
+        if isinstance(self.misconception, Mapping):
+            object.__setattr__(self, "misconception", Misconception(**self.misconception))
+        if self.rule_share is not None:
+            _finite("rule_share", self.rule_share, 0.0, 1.0)
+            if self.misconception is None:
+                raise ValueError(
+                    "training.rule_share: needs the world's misconception (sft.misconception)"
+                )
         if self.max_problems is not None:
             object.__setattr__(
                 self, "max_problems", _positive_int("max_problems", self.max_problems)
@@ -256,8 +267,6 @@ class TrainingSettings:
             "resets": ResetConfig,
             "lora": LoraSettings,
         }
-        if isinstance(values.get("misconception"), Mapping):
-            values["misconception"] = Misconception(**values["misconception"])
         for name, block in blocks.items():
             if name == "lora" and values.get(name) is None:
                 continue

@@ -141,8 +141,8 @@ def gpu_request(rule: str) -> dict:
 
 
 # Every GPU rule's command runs through the slot allocator (rredcot.devices): a local job with
-# resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES; under SLURM, or with gpu 0,
-# the command runs unchanged.
+# resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES, the machine's or, inside a
+# SLURM allocation, the allocation's; a job SLURM placed keeps its own; gpu 0 runs unchanged.
 GPU_JOB = "python -m rredcot.devices" + (
     f" --count {config['devices']['count']}"
     if config["devices"]["count"] is not None

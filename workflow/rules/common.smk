@@ -443,11 +443,13 @@ def check_training_runs() -> None:
 check_training_runs()
 
 
-def training_launcher(method: str, seed: int) -> str:
+def training_launcher(method: str, seed: int, slurm_extra: str | None = None) -> str:
     """`python -m`, or `accelerate launch --config_file ... -m` with `training.accelerate` and
-    `training.num_processes`; each run gets its own rendezvous port, so runs can share a node.
+    `training.num_processes`; each run gets its own rendezvous port, so runs can share a node,
+    and the ranks as long to save on a signal as the job's `--signal` lead in `slurm_extra`
+    (the SLURM profile's; rredcot.training.launch.shutdown_timeout).
     """
-    from rredcot.training.launch import accelerate_command
+    from rredcot.training.launch import accelerate_command, shutdown_timeout
 
     tr = config["training"]
     # a method may launch otherwise (e.g. RRPO/SRPO, refused under ZeRO-3, on zero2)
@@ -458,6 +460,7 @@ def training_launcher(method: str, seed: int) -> str:
         tr["num_processes"],
         29500 + methods_and_seeds().index((method, seed)),
         mixed_precision="bf16" if tr["bf16"] else "no",
+        shutdown_s=shutdown_timeout(slurm_extra),
     )
     return " ".join(shlex.quote(a) for a in argv)
 

@@ -342,8 +342,8 @@ def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
             "solution": ["s1", None, " "],
         }
     )
-    data, left_out = training_rows(table, get_task("synthetic"), tokenizer, settings())
-    assert left_out == ["b", "c"]
+    data, left_out, too_long = training_rows(table, get_task("synthetic"), tokenizer, settings())
+    assert left_out == ["b", "c"] and too_long == []
     assert data.to_list() == [
         {
             "prompt": "x=1. Find x.\n",
@@ -358,6 +358,26 @@ def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
     blank = table.with_columns(pl.Series("answer", ["1", "", "3"]))
     with pytest.raises(ValueError, match="row 'b': 'answer'"):
         training_rows(blank, get_task("synthetic"), tokenizer, settings())
+
+
+def test_training_rows_leave_out_prompts_over_the_prompt_budget(tokenizer):
+    """A prompt longer than training.max_prompt_tokens would overflow the vLLM context sized
+    from it (issue 46, item 5): left out for every method, named with its length."""
+    table = pl.DataFrame(
+        {
+            "id": ["short", "long"],
+            "problem": ["x=1. Find x.", "x=1. " * 40 + "Find x."],
+            "answer": ["1", "1"],
+            "solution": ["s1", "s2"],
+        }
+    )
+    task = get_task("synthetic")
+    budget = len(tokenizer(task.build_prompt("x=1. Find x.", tokenizer))["input_ids"]) + 4
+    data, _, too_long = training_rows(table, task, tokenizer, settings(max_prompt_tokens=budget))
+    assert data["problem_id"] == ["short"]
+    assert len(too_long) == 1 and too_long[0].startswith("long (") and "tokens)" in too_long[0]
+    with pytest.raises(ValueError, match=r"within training.max_prompt_tokens \(2\)"):
+        training_rows(table, task, tokenizer, settings(max_prompt_tokens=2))
 
 
 def test_resume_point_skips_and_removes_incomplete_checkpoints(tmp_path):

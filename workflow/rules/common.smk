@@ -422,7 +422,8 @@ def check_training_runs() -> None:
             )
     from rredcot.vllm_memory import config_errors
 
-    # One full-length vLLM sequence must fit its memory share (the model's shape from
+    # A vLLM context must hold its jobs' prompts and budgets, and one full-length sequence must
+    # fit its memory share (the model's shape from
     # results/models/base/config.json once fetched, else rredcot.vllm_memory.KNOWN_MODELS).
     runs = {
         n: training_settings(n, config["training"]["seeds"][0])
@@ -430,7 +431,7 @@ def check_training_runs() -> None:
     }
     memory = config_errors(config, runs, BASE_MODEL)
     if memory:
-        raise ConfigError("\n  - ".join(["vLLM memory:", *memory]))
+        raise ConfigError("\n  - ".join(["vLLM context and memory:", *memory]))
     from rredcot import memory_plan
 
     # Each GPU run's train_policy job must fit one GPU of devices.memory_gb by the memory

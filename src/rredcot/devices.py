@@ -11,9 +11,18 @@ job of this user on the machine), sets CUDA_VISIBLE_DEVICES to them and `exec`s 
 with the locks still open: they are held exactly as long as the job's process lives, and
 freed by the kernel however it ends. No nvidia-smi: the devices are `--count` (config key
 `devices.count`), else $RREDCOT_GPUS (a count or a list such as `0,2,5`), else the list in
-the caller's CUDA_VISIBLE_DEVICES, else torch's device count. Under SLURM (SLURM_JOB_ID set)
-the scheduler has already chosen the job's devices, so the command runs unchanged; so does a
-job that asks for none.
+the caller's CUDA_VISIBLE_DEVICES, else SLURM's SLURM_STEP_GPUS / SLURM_JOB_GPUS, else torch's
+device count; inside a SLURM allocation its own list comes first. A job that asks for none runs
+unchanged.
+
+Under SLURM the same holds inside the allocation: `salloc` (or `srun --pty`) with
+`--resources gpu=N` runs several local jobs in one allocation, which SLURM does not place on its
+GPUs, so they share out the allocation's devices. The locks are the allocation's own (a
+subdirectory per SLURM job and step, `lock_dir`): device numbers are relative to an allocation
+(SLURM's cgroup renumbers them from 0), so two allocations on one node must not lock each
+other's "GPU 0". A job that SLURM itself placed (the slurm executor runs each job under `srun`
+in a step of its own, with the step's GPUs bound) is alone in its step: it takes all of its
+step's devices, and its CUDA_VISIBLE_DEVICES stays as SLURM set it.
 """
 
 from __future__ import annotations
@@ -32,11 +41,24 @@ LOCKS_ENV = "RREDCOT_GPU_LOCKS"
 POLL_S = 2.0  # how often a job waiting for devices tries again
 
 
+def slurm_scope(env: Mapping[str, str] = os.environ) -> str | None:
+    """`job<id>` (with `.step<id>` inside a job step) under SLURM, None outside it: the jobs that
+    share device numbers, hence locks (module docstring)."""
+    job = env.get("SLURM_JOB_ID", "").strip()
+    if not job:
+        return None
+    step = env.get("SLURM_STEP_ID", "").strip()
+    return f"job{job}" + (f".step{step}" if step else "")
+
+
 def lock_dir(env: Mapping[str, str] = os.environ) -> Path:
     """$RREDCOT_GPU_LOCKS, else one directory per user in the system's temp directory (the
-    devices are the machine's, so every workflow of the user shares them)."""
+    devices are the machine's, so every workflow of the user shares them); under SLURM a
+    subdirectory of it per allocation (`slurm_scope`)."""
     own = env.get(LOCKS_ENV, "").strip()
-    return Path(own) if own else Path(tempfile.gettempdir()) / f"rredcot-gpu-locks-{os.getuid()}"
+    base = Path(own) if own else Path(tempfile.gettempdir()) / f"rredcot-gpu-locks-{os.getuid()}"
+    scope = slurm_scope(env)
+    return base / scope if scope else base
 
 
 def _torch_count() -> int:
@@ -47,12 +69,22 @@ def _torch_count() -> int:
     return int(torch.cuda.device_count())
 
 
+# Where SLURM lists an allocation's devices, in the order read: CUDA_VISIBLE_DEVICES first, since
+# SLURM's own lists hold the node's numbers, which its cgroup may renumber from 0 in it.
+SLURM_DEVICES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+
+
 def device_ids(count: int | None, env: Mapping[str, str] = os.environ) -> list[str]:
     """The devices jobs share out (module docstring): `count`, $RREDCOT_GPUS, the caller's
-    CUDA_VISIBLE_DEVICES, then torch's count."""
+    CUDA_VISIBLE_DEVICES, SLURM's step or job GPUs, then torch's count. Inside a SLURM
+    allocation that lists its devices, those come first: `devices.count` and $RREDCOT_GPUS
+    describe a whole machine, not the allocation's share of it."""
+    names = (GPUS_ENV, *SLURM_DEVICES)
+    if slurm_scope(env) and any(env.get(name, "").strip() for name in SLURM_DEVICES):
+        names, count = SLURM_DEVICES, None
     if count is not None:
         return [str(i) for i in range(count)]
-    for name in (GPUS_ENV, "CUDA_VISIBLE_DEVICES"):
+    for name in names:
         value = env.get(name, "").strip()
         if not value:
             continue
@@ -104,8 +136,9 @@ def acquire(n: int, ids: Sequence[str], directory: Path) -> tuple[list[str], lis
 def job_environment(
     n: int, count: int | None, env: Mapping[str, str] = os.environ
 ) -> tuple[dict[str, str], list[int]]:
-    """The environment a job with `n` GPUs runs in, and the lock descriptors to keep open."""
-    if n == 0 or env.get("SLURM_JOB_ID"):
+    """The environment a job with `n` GPUs runs in, and the lock descriptors to keep open: the
+    caller's for a job without GPUs, else `n` devices of the machine or the SLURM allocation."""
+    if n == 0:
         return dict(env), []
     taken, fds = acquire(n, device_ids(count, env), lock_dir(env))
     return {**env, "CUDA_VISIBLE_DEVICES": ",".join(taken)}, fds

@@ -4,8 +4,10 @@ Left unset, vLLM sizes its KV cache for the model's whole context (262,144 token
 Qwen3-4B-Instruct-2507: ~36 GiB in bf16), which a colocated engine's 0.3 × 80 GB share cannot
 hold, and the job fails at its first step. So every engine gets `max_model_len` from the config's
 lengths (`training_length`, `generation_length`), and the Snakefile refuses, before any job, a
-length whose one-sequence KV cache and weights exceed the share (`kv_cache_error`), naming the
-key to change. Torch-free: the Snakefile imports it at load time.
+length whose one-sequence KV cache and weights exceed the share (`kv_cache_error`), or a length
+set in the config below what its prompts and longest budget need (`short_context_error`), naming
+the key to change. A job then refuses a prompt longer than the room its context leaves
+(`rredcot.prompt_budget`). Torch-free: the Snakefile imports it at load time.
 
 Model dimensions come from the model's config.json when it is on disk, else from `KNOWN_MODELS`
 (the paper's models, copied from their config.json on the Hub; no download here).
@@ -152,6 +154,18 @@ def generation_length(config: Mapping[str, Any]) -> int:
     return ev["max_prompt_tokens"] + max(budgets)
 
 
+def short_context_error(set_to: int, needs: int, key: str, why: str) -> str | None:
+    """Why a context set in the config (`key`, `set_to` tokens) is shorter than what its jobs
+    need (`needs`, as `why` says); None when it is long enough (or longer: extra room is the
+    user's choice)."""
+    if set_to >= needs:
+        return None
+    return (
+        f"config key '{key}': {set_to:,} tokens is less than the {needs:,} its jobs need "
+        f"({why}); set it to at least {needs:,}, or null to derive it"
+    )
+
+
 def kv_cache_error(
     dims: ModelDims,
     length: int,
@@ -191,21 +205,47 @@ def generation_engine(config: Mapping[str, Any]) -> dict[str, Any]:
     return engine
 
 
+def context_errors(config: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every vLLM context the config sets (`training.vllm_max_model_length` of a run with vLLM,
+    `evaluation.vllm.max_model_len` under backend vllm) that is shorter than its jobs need
+    (`short_context_error`); the model's shape does not matter here."""
+    errors = []
+    for name, values in runs.items():
+        if values["use_vllm"] and values.get("vllm_max_model_length") is not None:
+            error = short_context_error(
+                values["vllm_max_model_length"],
+                training_length({**values, "vllm_max_model_length": None}),
+                "training.vllm_max_model_length",
+                "training.max_prompt_tokens + max_completion_length + the method's own tokens",
+            )
+            errors += [f"run {name}: {error}"] if error else []
+    if config["evaluation"]["backend"] == "vllm":
+        error = short_context_error(
+            generation_engine(config)["max_model_len"],
+            generation_length(config),
+            "evaluation.vllm.max_model_len",
+            "evaluation.max_prompt_tokens + the longest evaluation, reference or study budget",
+        )
+        errors += [error] if error else []
+    return errors
+
+
 def config_errors(
     config: Mapping[str, Any],
     runs: Mapping[str, Mapping[str, Any]],
     local_model: str | Path | None = None,
 ) -> list[str]:
-    """The load-time check: every colocated training engine (`runs`: run name -> its
-    settings) and the generating jobs' engine fit one full-length sequence into their share of
-    a `devices.memory_gb` GPU. Skipped for a model whose shape is unknown here (neither on disk
-    at `local_model` or model.name_or_path nor in `KNOWN_MODELS`): the job checks it."""
+    """The load-time check: every context is long enough (`context_errors`), and every
+    colocated training engine (`runs`: run name -> its settings) and the generating jobs'
+    engine fit one full-length sequence into their share of a `devices.memory_gb` GPU. The
+    memory check is skipped for a model whose shape is unknown here (neither on disk at
+    `local_model` or model.name_or_path nor in `KNOWN_MODELS`): the job checks it."""
+    errors = context_errors(config, runs)
     dims = model_dims(config["model"]["name_or_path"], local_model)
     if dims is None:
-        return []
+        return errors
     memory = config["devices"]["memory_gb"]
     dtype = config["model"]["dtype"]
-    errors = []
     for name, values in runs.items():
         if not values["use_vllm"] or values["vllm_mode"] != "colocate":
             continue

@@ -257,6 +257,8 @@ def test_slurm_profile_dry_run(
     for job in (j for j in runs if j.rule == "train_policy"):  # issue 32: survive the limit
         assert "--signal=TERM@900" in job.resources["slurm_extra"], job
         assert job.shell.startswith("exec ") and "--save-minutes 30" in job.shell, job.shell
+        if "accelerate launch" in job.shell:  # issue 46: the agent waits the signal lead out
+            assert "env TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900 accelerate launch" in job.shell
     assert not cluster_calls(calls)
 
 

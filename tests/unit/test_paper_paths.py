@@ -26,7 +26,12 @@ from rredcot.references import compose_reference
 from rredcot.tasks import get_task
 from rredcot.tasks.math import INSTRUCTION
 from rredcot.training import CreditGRPOTrainer, TrainingSettings, build_method, grpo_config
-from rredcot.training.launch import ACCELERATE_CONFIGS, accelerate_command
+from rredcot.training.launch import (
+    ACCELERATE_CONFIGS,
+    accelerate_command,
+    shutdown_timeout,
+    signal_lead,
+)
 from rredcot.training.run import train_policy
 from rredcot.training.trl_config import batch_layout, check_collectives
 
@@ -300,9 +305,12 @@ def test_accelerate_command_builds_the_argv_prefix():
     assert accelerate_command(None, 1, None) == ["python", "-m"]
     zero2 = str(ACCELERATE_CONFIGS / "zero2.yaml")
     assert accelerate_command("zero2", 4, 29501) == [
-        "accelerate", "launch", "--config_file", zero2, "--num_processes", "4",
-        "--main_process_port", "29501", "-m",
+        "env", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900", "accelerate", "launch",
+        "--config_file", zero2, "--num_processes", "4", "--main_process_port", "29501", "-m",
     ]  # fmt: skip
+    assert accelerate_command("ddp", 2, None, shutdown_s=1800)[1] == (
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1800"
+    )
     assert accelerate_command("ddp", 2, None, mixed_precision="no")[-3:] == [
         "--mixed_precision", "no", "-m",
     ]  # fmt: skip
@@ -312,6 +320,18 @@ def test_accelerate_command_builds_the_argv_prefix():
         accelerate_command(None, 2, None)
     with pytest.raises(ValueError, match="num_processes"):
         accelerate_command("ddp", 0, None)
+    with pytest.raises(ValueError, match="shutdown_s"):
+        accelerate_command("ddp", 2, None, shutdown_s=0)
+
+
+def test_the_elastic_agent_waits_the_signal_lead():
+    """`accelerate launch`'s agent gives the ranks the job's `sbatch --signal` lead to save
+    (sbatch's default 60 s without `@`), at least 900 s."""
+    assert signal_lead("'--signal=TERM@900'") == 900
+    assert signal_lead("--qos=long --signal B:USR1@1800") == 1800
+    assert signal_lead("--signal=TERM") == 60 and signal_lead(None) is None
+    assert shutdown_timeout("--signal=R:TERM@2400") == 2400
+    assert shutdown_timeout("--signal=TERM@120") == shutdown_timeout(None) == 900
 
 
 @pytest.mark.parametrize(

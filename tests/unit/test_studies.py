@@ -1011,6 +1011,31 @@ def test_figures_are_written(tmp_path: Path) -> None:
     assert figures.display_name("rredcot_ref_path_ratio") == "RREDCoT ref_path_ratio"
 
 
+@pytest.mark.parametrize("columns", [[], ["target", "estimator", "rho"]], ids=["none", "header"])
+def test_every_figure_of_a_table_without_rows_says_so(tmp_path, columns):
+    """A study that finds nothing (the CPU rehearsal's stand-in base is never right) writes its
+    table header only; every figure drawn from such a table states "no rows", not an error."""
+    from rredcot.reporting.credit_attribution import plot_attribution
+    from rredcot.reporting.credit_regimes import plot_credit_regimes
+    from rredcot.reporting.curves import plot_learning_curves
+    from rredcot.reporting.training import plot_training_curves
+
+    empty = pl.DataFrame(schema=dict.fromkeys(columns, pl.String))
+    draws = {
+        "agreement": figures.estimator_agreement_figure,
+        "correlation": figures.correlation_heatmap,
+        "localization": figures.error_localization_figure,
+        "truncation": figures.mc_truncation_figure,
+        "sweep": lambda t, p: figures.segmentation_sweep_figure(t, p, estimator="rredcot_x"),
+        "learning": plot_learning_curves,
+        "training": plot_training_curves,
+        "regimes": plot_credit_regimes,
+        "attribution": plot_attribution,
+    }
+    for name, draw in draws.items():
+        assert _png(draw(empty, tmp_path / f"{name}.png")), name
+
+
 # --- the budget cut after the fact equals a run with the smaller budget --------------------------
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from rredcot.reporting.captions import caption_fragments
 from rredcot.reporting.summary import (
     TABLES,
     JobTimes,
@@ -211,6 +212,61 @@ def test_every_value_the_docs_may_quote_is_printed_as_the_summary_prints_it(tmp_
     assert not missing
 
 
+# A row of each table that its summary section does not state (tables whose every row is stated
+# have none): "no rows after filtering".
+UNSTATED = {
+    "method_comparison": {"seed": "1"},
+    "benchmark_comparison": {"against": "base"},
+    "estimator_agreement": {"aggregation": "pooled"},
+    "error_localization": {"trace_set": "agreement_incorrect"},
+    "regime_table": {"seed": "0"},
+}
+
+
+def empty_tables(root: Path, kind: str) -> dict[str, Path]:
+    """`write_tables` with every CSV emptied as `kind` says: `header` (its own columns),
+    `partial` (the first two columns only, as a study's empty table lacks the columns its rows
+    would add, e.g. the rehearsal's estimator_agreement.csv without `family`), `bare` (a zero-byte
+    file), or `unstated` (rows, none that the summary states; the other tables header only)."""
+    paths = write_tables(root)
+    for name, path in paths.items():
+        if path.suffix != ".csv":
+            continue
+        table = pl.read_csv(path, infer_schema_length=None)
+        if kind == "bare":
+            path.write_text("")
+        elif kind == "partial":
+            table.head(0).select(table.columns[:2]).write_csv(path)
+        elif kind == "unstated" and name in UNSTATED:
+            table.head(1).with_columns(
+                pl.lit(v).alias(k) for k, v in UNSTATED[name].items()
+            ).write_csv(path)
+        else:
+            table.head(0).write_csv(path)
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["header", "partial", "bare", "unstated"])
+def test_a_table_without_rows_to_state_is_said_to_have_none(tmp_path, kind):
+    """The CPU rehearsal's summary stopped on its header-only estimator_agreement.csv (issue 46,
+    item 10): every section and caption fragment of such a table says "no rows" instead."""
+    paths = empty_tables(tmp_path, kind)
+    tables = read_tables(paths)
+    text = render_summary(tables, TIMES, "CPU X", "abc123", [])
+    values = summary_values(tables, TIMES, "CPU X", "abc123")
+    fragments = caption_fragments(values)
+    for name, (file, _) in TABLES.items():
+        if name == "answer_now_rule":
+            continue
+        section = text.split(f"(`results/{file}`)")[1].split("\n## ")[0]
+        assert f"This run's `results/{file}`" in section and "no rows" in section, (name, section)
+        assert values[f"no_rows/{name}"] == "no rows", name
+        if name in fragments:
+            assert f"`results/{file}` has no rows" in fragments[name], name
+    assert "no rows" in fragments["learning_curves"]
+    assert not {k: v for k, v in values.items() if v not in text}
+
+
 def write_benchmark(path: Path, *rows: tuple[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     cells = "".join(f"{s}\t0:00:01\t1\t1\t1\t1\t0\t0\t50\t{cpu}\n" for s, cpu in rows)
@@ -257,4 +313,4 @@ def test_each_method_is_set_against_its_placebo(tmp_path):
     empty = tmp_path / "empty.csv"
     pl.read_csv(tmp_path / "credit_attribution.csv").head(0).write_csv(empty)
     text = render_summary(read_tables({"credit_attribution": empty}), TIMES, "X", "abc", [])
-    assert "No rows." in text.split("## Is the gain credit assignment?")[1]
+    assert "has no rows." in text.split("## Is the gain credit assignment?")[1]

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import torch
+import yaml
 from datasets import Dataset
 from transformers import TrainerCallback, set_seed
 from trl import GRPOTrainer
@@ -42,6 +43,7 @@ from rredcot.training import (
     training_rows,
 )
 from rredcot.training.curves import CurveSettings, evaluate_policy
+from rredcot.training.launch import accelerate_command, shutdown_timeout
 from rredcot.training.methods import Method, MethodOutput, RolloutBatch
 from rredcot.training.methods.grpo import GRPOMethod
 from rredcot.training.methods.rredcot import RREDCoTMethod
@@ -58,6 +60,8 @@ from rredcot.training.run_dir import (
 )
 from rredcot.training.stopping import RETRY_EXIT_CODE, CheckpointGuard, TrainingInterrupted
 from rredcot.training.trainer import EpochRepeatSampler
+
+REPO = Path(__file__).resolve().parents[2]
 
 ARCH = {
     "hidden_size": 32,
@@ -338,8 +342,8 @@ def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
             "solution": ["s1", None, " "],
         }
     )
-    data, left_out = training_rows(table, get_task("synthetic"), tokenizer, settings())
-    assert left_out == ["b", "c"]
+    data, left_out, too_long = training_rows(table, get_task("synthetic"), tokenizer, settings())
+    assert left_out == ["b", "c"] and too_long == []
     assert data.to_list() == [
         {
             "prompt": "x=1. Find x.\n",
@@ -354,6 +358,26 @@ def test_training_rows_leave_out_problems_without_a_reference(tokenizer):
     blank = table.with_columns(pl.Series("answer", ["1", "", "3"]))
     with pytest.raises(ValueError, match="row 'b': 'answer'"):
         training_rows(blank, get_task("synthetic"), tokenizer, settings())
+
+
+def test_training_rows_leave_out_prompts_over_the_prompt_budget(tokenizer):
+    """A prompt longer than training.max_prompt_tokens would overflow the vLLM context sized
+    from it (issue 46, item 5): left out for every method, named with its length."""
+    table = pl.DataFrame(
+        {
+            "id": ["short", "long"],
+            "problem": ["x=1. Find x.", "x=1. " * 40 + "Find x."],
+            "answer": ["1", "1"],
+            "solution": ["s1", "s2"],
+        }
+    )
+    task = get_task("synthetic")
+    budget = len(tokenizer(task.build_prompt("x=1. Find x.", tokenizer))["input_ids"]) + 4
+    data, _, too_long = training_rows(table, task, tokenizer, settings(max_prompt_tokens=budget))
+    assert data["problem_id"] == ["short"]
+    assert len(too_long) == 1 and too_long[0].startswith("long (") and "tokens)" in too_long[0]
+    with pytest.raises(ValueError, match=r"within training.max_prompt_tokens \(2\)"):
+        training_rows(table, task, tokenizer, settings(max_prompt_tokens=2))
 
 
 def test_resume_point_skips_and_removes_incomplete_checkpoints(tmp_path):
@@ -653,6 +677,72 @@ def test_processes_save_and_stop_at_the_same_step(tmp_path):
     for p, (out, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err[-2000:]
         assert json.loads(out.splitlines()[-1]) == {"stop": True, "save": True, "n": 2}
+
+
+# A rank that saves on SIGTERM, as the trainer does (CheckpointGuard's handler records the signal,
+# the step and the save finish): the save takes SAVE_S, longer than the elastic agent's 30 s.
+SAVE_ON_SIGNAL = """
+import os, time
+from pathlib import Path
+import torch.distributed as dist
+from rredcot.training.stopping import CheckpointGuard
+
+dist.init_process_group("gloo")
+out, rank = Path(os.environ["RANKS_OUT"]), dist.get_rank()
+guard = CheckpointGuard()
+with guard.installed():
+    (out / f"ready{rank}").write_text("")
+    while guard.received is None:
+        time.sleep(0.1)
+    time.sleep(float(os.environ["SAVE_S"]))  # the step and the checkpoint
+    (out / f"saved{rank}").write_text(guard.received.name)
+raise SystemExit(75)
+"""
+
+
+@pytest.mark.slow
+def test_the_ranks_under_accelerate_launch_save_before_the_agent_kills_them(tmp_path):
+    """SIGTERM to `accelerate launch` (as the workflow builds it, on the CPU: gloo, 2 ranks):
+    torch's elastic agent passes it to the ranks and SIGKILLs them after
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT (30 s by default), so a 40 s save survives only if the
+    command sets the timeout from the SLURM profile's signal lead (issue 46, item 2)."""
+    (tmp_path / "save_on_signal.py").write_text(SAVE_ON_SIGNAL)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    profile = REPO / "workflow/profiles/slurm/profile.yaml"
+    options = yaml.safe_load(profile.read_text())["set-resources"]["train_policy"]["slurm_extra"]
+    lead = shutdown_timeout(options)
+    argv = accelerate_command("ddp", 2, port, mixed_precision="no", shutdown_s=lead)
+    assert argv[:2] == ["env", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900"]
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
+        "OMP_NUM_THREADS": "1",
+        "RANKS_OUT": str(tmp_path),
+        "SAVE_S": "40",
+    }
+    env.pop("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", None)
+    launcher = subprocess.Popen(
+        [*argv, "save_on_signal"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
+            assert launcher.poll() is None and time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)  # the launcher only: the agent must pass it on
+        output, _ = launcher.communicate(timeout=180)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    for rank in (0, 1):
+        saved = tmp_path / f"saved{rank}"
+        assert saved.exists(), f"rank {rank} was killed before its save:\n{output[-3000:]}"
+        assert saved.read_text() == "SIGTERM"
 
 
 HOLD_LOCK = """

@@ -15,6 +15,7 @@ from rredcot.training_rules import run_settings
 from rredcot.vllm_memory import (
     KNOWN_MODELS,
     config_errors,
+    context_errors,
     dims_from_config,
     generation_engine,
     kv_cache_error,
@@ -84,6 +85,23 @@ def test_config_errors_name_the_run_and_the_key() -> None:
     shipped = paper_config()
     runs = {m: run_settings(shipped, m, 0, task="math") for m in shipped["training"]["methods"]}
     assert config_errors(shipped, runs) == []  # the shipped paper config fits
+
+
+def test_a_context_set_shorter_than_its_jobs_need_is_refused_naming_the_key() -> None:
+    """one_gpu.yaml's 6144-token context could not hold its studies' 2048-token traces plus
+    4096-token rollouts after a 1024-token prompt (issue 46, item 5)."""
+    config = paper_config("one_gpu.yaml")
+    runs = {m: run_settings(config, m, 0, task="math") for m in config["training"]["methods"]}
+    assert context_errors(config, runs) == []  # as shipped: 7168
+    config["evaluation"]["vllm"]["max_model_len"] = 6144
+    (error,) = context_errors(config, runs)
+    assert error.startswith("config key 'evaluation.vllm.max_model_len': 6,144 tokens")
+    assert "set it to at least 7,168" in error
+    paper = paper_config(use_vllm=True, vllm_max_model_length=20_000)
+    runs = {"grpo": run_settings(paper, "grpo", 0, task="math")}
+    (error,) = context_errors(paper, runs)
+    assert error.startswith("run grpo: config key 'training.vllm_max_model_length': 20,000")
+    assert "at least 26,024" in error  # 1024 + 25000
 
 
 def test_generation_engine_gets_a_length() -> None:

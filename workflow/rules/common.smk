@@ -159,8 +159,8 @@ def gpu_request(rule: str) -> dict:
 
 
 # Every GPU rule's command runs through the slot allocator (rredcot.devices): a local job with
-# resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES; under SLURM, or with gpu 0,
-# the command runs unchanged.
+# resources gpu > 0 gets devices of its own in CUDA_VISIBLE_DEVICES, the machine's or, inside a
+# SLURM allocation, the allocation's; a job SLURM placed keeps its own; gpu 0 runs unchanged.
 GPU_JOB = "python -m rredcot.devices" + (
     f" --count {config['devices']['count']}"
     if config["devices"]["count"] is not None
@@ -440,7 +440,8 @@ def check_training_runs() -> None:
             )
     from rredcot.vllm_memory import config_errors
 
-    # One full-length vLLM sequence must fit its memory share (the model's shape from
+    # A vLLM context must hold its jobs' prompts and budgets, and one full-length sequence must
+    # fit its memory share (the model's shape from
     # results/models/base/config.json once fetched, else rredcot.vllm_memory.KNOWN_MODELS).
     runs = {
         n: training_settings(n, config["training"]["seeds"][0])
@@ -448,7 +449,7 @@ def check_training_runs() -> None:
     }
     memory = config_errors(config, runs, BASE_MODEL)
     if memory:
-        raise ConfigError("\n  - ".join(["vLLM memory:", *memory]))
+        raise ConfigError("\n  - ".join(["vLLM context and memory:", *memory]))
     from rredcot import memory_plan
 
     # Each GPU run's train_policy job must fit one GPU of devices.memory_gb by the memory
@@ -461,11 +462,13 @@ def check_training_runs() -> None:
 check_training_runs()
 
 
-def training_launcher(method: str, seed: int) -> str:
+def training_launcher(method: str, seed: int, slurm_extra: str | None = None) -> str:
     """`python -m`, or `accelerate launch --config_file ... -m` with `training.accelerate` and
-    `training.num_processes`; each run gets its own rendezvous port, so runs can share a node.
+    `training.num_processes`; each run gets its own rendezvous port, so runs can share a node,
+    and the ranks as long to save on a signal as the job's `--signal` lead in `slurm_extra`
+    (the SLURM profile's; rredcot.training.launch.shutdown_timeout).
     """
-    from rredcot.training.launch import accelerate_command
+    from rredcot.training.launch import accelerate_command, shutdown_timeout
 
     tr = config["training"]
     # a method may launch otherwise (e.g. RRPO/SRPO, refused under ZeRO-3, on zero2)
@@ -476,6 +479,7 @@ def training_launcher(method: str, seed: int) -> str:
         tr["num_processes"],
         29500 + methods_and_seeds().index((method, seed)),
         mixed_precision="bf16" if tr["bf16"] else "no",
+        shutdown_s=shutdown_timeout(slurm_extra),
     )
     return " ".join(shlex.quote(a) for a in argv)
 

@@ -49,7 +49,9 @@ rule train_policy:
         save_minutes=config["training"]["save_minutes"] or 0,
     params:
         gpu_job=GPU_JOB,
-        launcher=lambda w: training_launcher(w.method, int(w.seed)),
+        launcher=lambda w, resources: training_launcher(
+            w.method, int(w.seed), resources.get("slurm_extra")
+        ),
         settings=lambda w: arg(training_settings(w.method, int(w.seed))),
         dtype=config["model"]["dtype"],
         run_dir=lambda w, output: str(Path(output.summary).parent),

@@ -4,7 +4,8 @@ A caption (workflow/report/*.rst) is static text, rendered when `snakemake --rep
 after the rules' params were fixed; so a caption that states its artifact's numbers includes
 (`.. include::`) a fragment that the summary writes from the same values SUMMARY.md prints
 (`summary_values`). Every fragment in `CAPTIONS` is written on every run, saying "not in this
-run" where the config did not build the table, so no caption can point at a missing file.
+run" where the config did not build the table and "no rows" where it built one without a row to
+state (`NO_ROWS`), so no caption can point at a missing file or number.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rredcot.reporting.summary import MINUS, REFERENCE, REGIME_FIGURES
+from rredcot.reporting.summary import MINUS, NO_ROWS, REFERENCE, REGIME_FIGURES, TABLES
 
 # Endpoints of method_comparison.csv in the order the captions state them (primary first).
 ENDPOINTS = (
@@ -142,11 +143,23 @@ CAPTIONS: dict[str, Callable[[Mapping[str, str]], list[str]]] = {
 }
 
 
+# The summary's table a fragment states (a fragment not named here states the table of its name).
+CAPTION_TABLES = {"learning_curves": "method_comparison"}
+
+
+def _nothing(values: Mapping[str, str], name: str) -> list[str]:
+    """What a fragment says when it has no number: the table has no rows, or was not built."""
+    table = CAPTION_TABLES.get(name, name)
+    if values.get(f"no_rows/{table}") == NO_ROWS:
+        return [f"In this run `results/{TABLES[table][0]}` has {NO_ROWS} to state."]
+    return ["Not in this run: the config did not build this table."]
+
+
 def caption_fragments(values: Mapping[str, str]) -> dict[str, str]:
     """One reStructuredText fragment per caption in `CAPTIONS`: its numbers in this run."""
     fragments = {}
     for name, lines_of in CAPTIONS.items():
-        body = lines_of(values) or ["Not in this run: the config did not build this table."]
+        body = lines_of(values) or _nothing(values, name)
         head = ["**In this run** (from results/SUMMARY.md's values):", ""]
         fragments[name] = "\n".join([*head, *body]) + "\n"
     return fragments

@@ -33,7 +33,7 @@ import polars as pl
 
 from rredcot.evaluation.paired import paired_comparison
 from rredcot.reporting.curves import RunScores, method_comparison, problem_grid
-from rredcot.reporting.figures import save_figure
+from rredcot.reporting.figures import save_figure, says_no_rows
 
 ERROR_KINDS: tuple[str, ...] = ("systematic", "random")
 """First-error kinds of a wrong response (`rredcot.data.error_kinds`; random: any other)."""
@@ -184,6 +184,7 @@ def attribution_table(
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
+@says_no_rows("Each credit method against its placebo")
 def plot_attribution(table: pl.DataFrame, path: str | Path) -> Path:
     """Method − its comparison run per measure, the bootstrap CI as a bar, a panel per pair."""
     import matplotlib.pyplot as plt

@@ -35,7 +35,7 @@ import polars as pl  # noqa: E402
 
 from rredcot.data.schema import read_table  # noqa: E402
 from rredcot.evaluation.power import seeds_for_mde  # noqa: E402
-from rredcot.reporting.figures import save_figure  # noqa: E402
+from rredcot.reporting.figures import save_figure, says_no_rows  # noqa: E402
 
 COMPARISON = "method_comparison.csv"
 REGIME = "regime_table.csv"
@@ -199,6 +199,7 @@ def check_same_world(worlds: Mapping[str, Sequence[str | Path]]) -> None:
                 )
 
 
+@says_no_rows("Gain over the reference against the dose")
 def plot_credit_regimes(table: pl.DataFrame, path: str | Path) -> Path:
     """Gain over the reference on the area under the held-out curve against the dose: one line
     per method, 95% bootstrap CI bars, the zero line."""

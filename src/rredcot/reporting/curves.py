@@ -34,7 +34,7 @@ import polars as pl  # noqa: E402
 
 from rredcot.data.schema import read_json, read_table  # noqa: E402
 from rredcot.evaluation.paired import paired_comparison, t_interval  # noqa: E402
-from rredcot.reporting.figures import save_figure  # noqa: E402
+from rredcot.reporting.figures import save_figure, says_no_rows  # noqa: E402
 
 BASE = "base"
 
@@ -362,6 +362,7 @@ def method_comparison(
     return pl.DataFrame(rows, strict=False)
 
 
+@says_no_rows("Held-out learning curves")
 def plot_learning_curves(summary: pl.DataFrame, path: str | Path) -> Path:
     """pass@1 against step, seconds and forward tokens; mean over seeds, 95% CI band, base line."""
     base = summary.filter(pl.col("step") == 0)["pass_at_1"].mean()

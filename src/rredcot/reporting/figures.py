@@ -3,12 +3,15 @@
 One function per artifact, each taking the study's CSV table (a polars DataFrame) and a path.
 Every figure has labelled axes with units, a legend where colours or markers carry meaning, and
 readable estimator names (`display_name`). Files are written as PNG at 150 dpi unless the path
-says otherwise (the suffix picks the format).
+says otherwise (the suffix picks the format). A table without rows (a study writes its header
+only when no trace qualifies) gives a figure that says so (`says_no_rows`), not an error.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -65,12 +68,38 @@ def save_figure(fig: plt.Figure, path: str | Path) -> Path:
     return path
 
 
+def no_rows_figure(path: str | Path, title: str) -> Path:
+    """A figure that states its table has no rows: the artifact exists and says why it is empty."""
+    fig, ax = plt.subplots(figsize=(6.4, 2.0))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"{title}\n\nno rows in this run's table", ha="center", va="center")
+    return save_figure(fig, path)
+
+
+def says_no_rows(title: str) -> Callable[[Callable[..., Path]], Callable[..., Path]]:
+    """Decorate a figure function `(table, path, **options) -> Path` so that a table without rows
+    (header only, or no columns at all) draws `no_rows_figure` instead of failing on a column
+    the empty table lacks: a run must not end on a figure of a study that found nothing."""
+
+    def decorate(draw: Callable[..., Path]) -> Callable[..., Path]:
+        @functools.wraps(draw)
+        def figure(table: pl.DataFrame, path: str | Path, **options: object) -> Path:
+            if table.is_empty():
+                return no_rows_figure(path, title)
+            return draw(table, path, **options)
+
+        return figure
+
+    return decorate
+
+
 def _err(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
     """(2, n) asymmetric error bars from CI columns (NaN-safe)."""
     m = rows[mean].to_numpy()
     return np.nan_to_num(np.vstack([m - rows[low].to_numpy(), rows[high].to_numpy() - m]))
 
 
+@says_no_rows("Credit estimators vs the Monte Carlo ground truth")
 def estimator_agreement_figure(
     table: pl.DataFrame, path: str | Path, *, baseline_estimator: str | None = None
 ) -> Path:
@@ -185,6 +214,7 @@ def estimator_agreement_figure(
     return save_figure(fig, path)
 
 
+@says_no_rows("Correlation of segment credit between estimators")
 def correlation_heatmap(matrix: pl.DataFrame, path: str | Path) -> Path:
     """Heatmap of the mean per-trace Spearman ρ between every pair of estimators."""
     sns.set_theme(style="white", context="notebook")
@@ -216,6 +246,7 @@ def correlation_heatmap(matrix: pl.DataFrame, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
+@says_no_rows("Segmentation sweep")
 def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimator: str) -> Path:
     """Per strategy, against K: RREDCoT's agreement with the ground truth, and its top-1 error
     localization next to the ground truth's and a random segment's."""
@@ -279,6 +310,7 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
     return save_figure(fig, path)
 
 
+@says_no_rows("MC rollouts truncated at a budget")
 def mc_truncation_figure(table: pl.DataFrame, path: str | Path) -> Path:
     """Against the rollout budget L: the share of rollouts cut (and of states left without an
     estimate), and the mean shift of V̂ from the ground truth, per truncation mode."""
@@ -328,6 +360,7 @@ def mc_truncation_figure(table: pl.DataFrame, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
+@says_no_rows("Error localization")
 def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
     """Per trace set (one panel each) and estimator: share of incorrect traces whose
     lowest-credit segment holds the first erroneous step (top-1) or is next to it (within

@@ -4,8 +4,10 @@ The primary comparisons first (each method's area under the held-out curve again
 both intervals and the conservative verdict), then every other pooled comparison, the estimator
 studies' headlines, the cost per step against GRPO, and the time every job took, summed from
 Snakemake's `benchmark:` files. A table the config does not build is named as not run, never
-left out silently. `summary_values` is the same content as flat keys, which the docs' snapshot
-check compares stated numbers with (`rredcot.reporting.snapshot`).
+left out silently, and a built table without a row to state (header only, as a study writes when
+no trace qualifies, or no row the section states) as having no rows, never as an error: a paper
+run must not end on its last rule. `summary_values` is the same content as flat keys, which the
+docs' snapshot check compares stated numbers with (`rredcot.reporting.snapshot`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ REGIME_FIGURES = ("greedy_pass1", "t1_pass1", "t1_luck", "greedy_systematic_shar
                   "t1_systematic_share")  # fmt: skip
 REFERENCE = "grpo"
 MINUS = "\u2212"
+# The value `summary_values` gives `no_rows/<table>` for a built table with no row to state (the
+# captions say so); the summary's text for such a table contains it.
+NO_ROWS = "no rows"
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,8 @@ def read_tables(paths: Mapping[str, Path | None]) -> dict[str, pl.DataFrame | di
         path = paths.get(name)
         if path is None:
             out[name] = None
+        elif path.stat().st_size == 0:  # written without even a header: no rows, no columns
+            out[name] = pl.DataFrame()
         elif path.suffix == ".json":
             out[name] = read_json(path)
         else:
@@ -148,9 +155,29 @@ def localization_headline(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("trace_set") == "all_incorrect").sort("top1", descending=True)
 
 
-def regime_rows(table: pl.DataFrame) -> list[dict]:
+def _pooled(table: pl.DataFrame) -> pl.DataFrame:
     """The regime table's rows pooled over seeds, one per method (the base first, as written)."""
-    return list(table.filter(pl.col("seed").cast(pl.String) == "all").iter_rows(named=True))
+    return table.filter(pl.col("seed").cast(pl.String) == "all")
+
+
+def _against_reference(table: pl.DataFrame) -> pl.DataFrame:
+    """The final policies' comparisons with the reference method, per benchmark."""
+    return table.filter(pl.col("against") == REFERENCE)
+
+
+def headline_rows(name: str, table: pl.DataFrame) -> list[dict]:
+    """The rows of table `name` that the summary states (none for a table without rows, whatever
+    its columns: a header-only file may lack the columns a filter needs)."""
+    if table.is_empty():
+        return []
+    select = {
+        "method_comparison": pooled_comparisons,
+        "benchmark_comparison": _against_reference,
+        "estimator_agreement": agreement_headline,
+        "error_localization": localization_headline,
+        "regime_table": _pooled,
+    }.get(name, lambda t: t)
+    return list(select(table).iter_rows(named=True))
 
 
 def _difference_values(key: str, r: Mapping) -> dict[str, str]:
@@ -174,46 +201,41 @@ def summary_values(
         "wall_seconds": duration(times.wall_seconds),
         "cpu_seconds": duration(times.cpu_seconds),
     }
-    comparisons = tables.get("method_comparison")
-    if isinstance(comparisons, pl.DataFrame):
-        for r in pooled_comparisons(comparisons).iter_rows(named=True):
-            key = f"comparison/{r['method']}/{r['measure']}"
-            values |= _difference_values(key, r)
-            values[f"{key}/seeds"] = str(r["seeds"])
-            values[f"{key}/mde80"] = plain(r["mde80"])
-    benchmarks = tables.get("benchmark_comparison")
-    if isinstance(benchmarks, pl.DataFrame):
-        for r in _benchmark_rows(benchmarks):
-            values |= _difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
-    cost = tables.get("compute_cost")
-    if isinstance(cost, pl.DataFrame):
-        for r in cost.iter_rows(named=True):
-            for unit in ("seconds", "tokens"):
-                ratio = r.get(f"{unit}_ratio_to_{REFERENCE}")
-                values[f"cost/{r['method']}/{unit}_ratio"] = plain(ratio, 2)
-    agreement = tables.get("estimator_agreement")
-    if isinstance(agreement, pl.DataFrame):
-        for r in agreement_headline(agreement).iter_rows(named=True):
-            key = f"agreement/{r['target']}/{r['estimator']}"
-            values[f"{key}/rho"] = plain(r["rho"])
-            values[f"{key}/ci"] = interval(r["ci95_low"], r["ci95_high"])
-            values[f"{key}/verdict"] = str(r["verdict"])
-            values[f"agreement/{r['target']}/ceiling"] = plain(r["ceiling"])
+    rows = {
+        name: headline_rows(name, table)
+        for name, table in tables.items()
+        if isinstance(table, pl.DataFrame)
+    }
+    values |= {f"no_rows/{name}": NO_ROWS for name, found in rows.items() if not found}
+    for r in rows.get("method_comparison", []):
+        key = f"comparison/{r['method']}/{r['measure']}"
+        values |= _difference_values(key, r)
+        values[f"{key}/seeds"] = str(r["seeds"])
+        values[f"{key}/mde80"] = plain(r["mde80"])
+    for r in rows.get("benchmark_comparison", []):
+        values |= _difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
+    for r in rows.get("compute_cost", []):
+        for unit in ("seconds", "tokens"):
+            ratio = r.get(f"{unit}_ratio_to_{REFERENCE}")
+            values[f"cost/{r['method']}/{unit}_ratio"] = plain(ratio, 2)
+    for r in rows.get("estimator_agreement", []):
+        key = f"agreement/{r['target']}/{r['estimator']}"
+        values[f"{key}/rho"] = plain(r["rho"])
+        values[f"{key}/ci"] = interval(r["ci95_low"], r["ci95_high"])
+        values[f"{key}/verdict"] = str(r["verdict"])
+        values[f"agreement/{r['target']}/ceiling"] = plain(r["ceiling"])
     rule = tables.get("answer_now_rule")
     if isinstance(rule, dict):
         values["answer_now/choice"] = str(rule.get("choice"))
         if "diff_joint_minus_conditional" in rule:
             values["answer_now/difference"] = signed(rule["diff_joint_minus_conditional"])
             values["answer_now/ci"] = interval(rule["diff_ci95_low"], rule["diff_ci95_high"])
-    localization = tables.get("error_localization")
-    if isinstance(localization, pl.DataFrame):
-        for r in localization_headline(localization).iter_rows(named=True):
-            values[f"localization/{r['estimator']}/top1"] = plain(r["top1"])
-            values[f"localization/{r['estimator']}/ci"] = interval(
-                r["top1_ci95_low"], r["top1_ci95_high"]
-            ).replace("+", "")
-    regime = tables.get("regime_table")
-    for r in regime_rows(regime) if isinstance(regime, pl.DataFrame) else []:
+    for r in rows.get("error_localization", []):
+        values[f"localization/{r['estimator']}/top1"] = plain(r["top1"])
+        values[f"localization/{r['estimator']}/ci"] = interval(
+            r["top1_ci95_low"], r["top1_ci95_high"]
+        ).replace("+", "")
+    for r in rows.get("regime_table", []):
         for figure in REGIME_FIGURES:
             values[f"regime/{r['method']}/{figure}"] = plain(r[figure])
     return values
@@ -233,6 +255,19 @@ def _markdown(header: list[str], rows: list[list[object]]) -> list[str]:
 def _not_run(name: str) -> list[str]:
     file, what = TABLES[name]
     return [f"Not run by this config (`results/{file}`, {what}, is not among its targets).", ""]
+
+
+def _no_rows(name: str, table: pl.DataFrame) -> list[str]:
+    """A built table without a row to state: said, not an error (a study writes its table header
+    only when no trace qualifies, e.g. a stand-in base that is never right)."""
+    file, what = TABLES[name]
+    if table.is_empty():
+        return [f"This run's `results/{file}` ({what}) has {NO_ROWS}.", ""]
+    return [
+        f"This run's `results/{file}` ({what}) holds {table.height} row(s) but {NO_ROWS} that this "
+        "section states (see the file).",
+        "",
+    ]
 
 
 def _section(title: str, name: str) -> list[str]:
@@ -275,8 +310,6 @@ def _comparison_rows(table: pl.DataFrame) -> list[str]:
 
 
 def _attribution(table: pl.DataFrame) -> list[str]:
-    if table.height == 0:
-        return ["No rows.", ""]
     return [
         "Each method against its placebo (same level of signal, placement destroyed; METHOD.md",
         "§9), paired over seeds and problems. `primary`: the pre-registered endpoint (area under",
@@ -285,11 +318,6 @@ def _attribution(table: pl.DataFrame) -> list[str]:
         "",
         *_comparison_rows(table),
     ]
-
-
-def _benchmark_rows(table: pl.DataFrame) -> list[dict]:
-    """The final policies' comparisons with the reference method, per benchmark."""
-    return list(table.filter(pl.col("against") == REFERENCE).iter_rows(named=True))
 
 
 def _benchmarks(table: pl.DataFrame) -> list[str]:
@@ -302,7 +330,7 @@ def _benchmarks(table: pl.DataFrame) -> list[str]:
             interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"]),
             r["verdict"],
         ]  # fmt: skip
-        for r in _benchmark_rows(table)
+        for r in headline_rows("benchmark_comparison", table)
     ]
     header = ["benchmark", "comparison", "difference", "bootstrap 95% CI", "t 95% CI", "verdict"]
     return _markdown(header, rows)
@@ -402,9 +430,7 @@ def _localization(table: pl.DataFrame) -> list[str]:
 
 
 def _regime(table: pl.DataFrame) -> list[str]:
-    rows = regime_rows(table)
-    if not rows:
-        return ["No row pooled over seeds.", ""]
+    rows = headline_rows("regime_table", table)
     header = ["method", "greedy pass@1", "T = 1 pass@1", "T = 1 luck",
               "systematic share of errors, greedy", "systematic share, T = 1"]  # fmt: skip
     body = [[r["method"], *(plain(r[f]) for f in REGIME_FIGURES)] for r in rows]
@@ -460,5 +486,10 @@ def render_summary(
     for title, name, section in SECTIONS:
         lines += _section(title, name)
         table = tables.get(name)
-        lines += _not_run(name) if table is None else section(table)
+        if table is None:
+            lines += _not_run(name)
+        elif isinstance(table, pl.DataFrame) and not headline_rows(name, table):
+            lines += _no_rows(name, table)
+        else:
+            lines += section(table)
     return "\n".join(lines)

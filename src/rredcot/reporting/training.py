@@ -20,7 +20,7 @@ import polars as pl  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from rredcot.data.schema import read_table  # noqa: E402
-from rredcot.reporting.figures import save_figure  # noqa: E402
+from rredcot.reporting.figures import save_figure, says_no_rows  # noqa: E402
 
 
 def main_table(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -107,6 +107,7 @@ def compute_cost(curves: pl.DataFrame, baseline: str = "grpo") -> pl.DataFrame:
     )
 
 
+@says_no_rows("Training reward")
 def plot_training_curves(curves: pl.DataFrame, path: str | Path, window: int = 5) -> Path:
     """Reward (accuracy on training rollouts) against step, mean over seeds with a band."""
     df = curves.sort("method", "seed", "step").with_columns(

@@ -9,6 +9,7 @@ import polars as pl
 from rredcot.data.schema import read_parquet
 from rredcot.generation import SamplingParams, backend_from_settings
 from rredcot.models.loading import load_tokenizer
+from rredcot.prompt_budget import check_generation_prompts
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.tasks import get_task
 
@@ -34,6 +35,7 @@ def main() -> None:
     task = get_task(task_name)
     tokenizer = load_tokenizer(args.policy)
     prompts = [task.build_prompt(q, tokenizer) for q in problems["problem"].to_list()]
+    check_generation_prompts(problems["id"].to_list(), prompts, tokenizer, prm)
     sampling = SamplingParams(
         n=prm["samples_per_problem"],
         temperature=prm["temperature"],

@@ -3,22 +3,50 @@
     accelerate_command(None, 1, None)
         ['python', '-m']
     accelerate_command("zero2", 8, 29501)
-        ['accelerate', 'launch', '--config_file', '<repo>/configs/accelerate/zero2.yaml',
-         '--num_processes', '8', '--main_process_port', '29501', '-m']
+        ['env', 'TORCH_ELASTIC_SHUTDOWN_TIMEOUT=900', 'accelerate', 'launch', '--config_file',
+         '<repo>/configs/accelerate/zero2.yaml', '--num_processes', '8',
+         '--main_process_port', '29501', '-m']
 
 The caller appends the module and its arguments (`rredcot.steps.train_policy --model ...`).
 The configs (`configs/accelerate/{ddp,zero2,zero3}.yaml`) say `num_processes: 8`; the
 command always overrides it, so one file serves any number of GPUs.
+
+`accelerate launch` runs torch's elastic agent, which catches SIGTERM, passes it to the ranks
+and SIGKILLs them after TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds (30 by default: far less than a
+step and a ZeRO-3 save take). The command sets it to the time a SLURM job has between its
+`--signal` and its time limit (`shutdown_timeout`), so the ranks finish the step and save.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 ACCELERATE_CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "accelerate"
 """The repository's accelerate configs (src/rredcot/training/ → repository root)."""
 
 MIXED_PRECISIONS: tuple[str, ...] = ("no", "bf16")
+
+SHUTDOWN_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+MIN_SHUTDOWN_S = 900
+"""The least time the elastic agent gives the ranks between SIGTERM and SIGKILL: the SLURM
+profile's signal lead (`--signal=TERM@900`), also for a signal that comes without one."""
+
+
+def signal_lead(slurm_extra: str | None) -> int | None:
+    """The seconds before the time limit at which `sbatch --signal=[{R|B}:]<sig>[@<seconds>]` in
+    `slurm_extra` (a job's sbatch options) has SLURM signal the job (sbatch's default 60 without
+    `@`), or None without the option."""
+    found = re.search(r"--signal[= ]['\"]?(?:[RB]+:)?\w+(?:@(\d+))?", slurm_extra or "")
+    if found is None:
+        return None
+    return int(found.group(1)) if found.group(1) else 60
+
+
+def shutdown_timeout(slurm_extra: str | None) -> int:
+    """The elastic agent's shutdown timeout for a job with these sbatch options: its signal lead,
+    at least `MIN_SHUTDOWN_S`."""
+    return max(signal_lead(slurm_extra) or 0, MIN_SHUTDOWN_S)
 
 
 def available_configs(config_dir: str | Path = ACCELERATE_CONFIGS) -> list[str]:
@@ -33,6 +61,7 @@ def accelerate_command(
     main_process_port: int | None,
     *,
     mixed_precision: str | None = None,
+    shutdown_s: int = MIN_SHUTDOWN_S,
     config_dir: str | Path = ACCELERATE_CONFIGS,
 ) -> list[str]:
     """The argv prefix that runs a step module (`-m` last; the module name comes next).
@@ -41,7 +70,8 @@ def accelerate_command(
     launch` with `<config_dir>/<name>.yaml` (absolute by default, so any working directory works)
     and `num_processes` processes; `main_process_port` keeps concurrent launches on one machine
     apart (None: accelerate's default 29500). `mixed_precision` ("no" | "bf16") overrides the
-    config's bf16 so it matches `training.bf16` (the trainer refuses a mismatch).
+    config's bf16 so it matches `training.bf16` (the trainer refuses a mismatch). `shutdown_s`:
+    how long the elastic agent lets the ranks finish on a signal (module docstring).
     """
     if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
         raise ValueError(f"num_processes: expected an integer >= 1, got {num_processes!r}")
@@ -58,6 +88,8 @@ def accelerate_command(
             f"mixed_precision: {mixed_precision!r} is not allowed; choose one of "
             f"{list(MIXED_PRECISIONS)}"
         )
+    if isinstance(shutdown_s, bool) or not isinstance(shutdown_s, int) or shutdown_s < 1:
+        raise ValueError(f"shutdown_s: expected seconds >= 1, got {shutdown_s!r}")
     if config_name is None:
         if num_processes != 1:
             raise ValueError(
@@ -72,7 +104,8 @@ def accelerate_command(
             f"accelerate: no config {config_name!r} ({path} does not exist); available in "
             f"{config_dir}: {available_configs(config_dir)}"
         )
-    command = ["accelerate", "launch", "--config_file", str(path)]
+    command = ["env", f"{SHUTDOWN_ENV}={shutdown_s}", "accelerate", "launch"]
+    command += ["--config_file", str(path)]
     command += ["--num_processes", str(num_processes)]
     if main_process_port is not None:
         command += ["--main_process_port", str(main_process_port)]

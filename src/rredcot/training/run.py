@@ -47,6 +47,7 @@ from rredcot.data.misconceptions import rule_applies, rule_share_selection
 from rredcot.data.programs import Program
 from rredcot.machine import machine_info
 from rredcot.method_registry import method_spec
+from rredcot.prompt_budget import over_budget, prompt_tokens
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
@@ -88,12 +89,14 @@ def _rule_share_subset(table: pl.DataFrame, settings: TrainingSettings) -> pl.Da
 
 def training_rows(
     table: pl.DataFrame, task: Task, tokenizer: PreTrainedTokenizerBase, settings: TrainingSettings
-) -> tuple[Dataset, list[str]]:
+) -> tuple[Dataset, list[str], list[str]]:
     """Dataset rows `prompt` (task.build_prompt), `problem`, `answer`, `reference`, `problem_id`.
 
     A problem without a reference (null or blank in `reference_column`, as the reference-solution
-    step leaves problems it could not verify) is left out for every method, so all methods train
-    on the same problems; their ids are returned and logged. Other blank fields are errors.
+    step leaves problems it could not verify), or whose prompt is longer than
+    `max_prompt_tokens` (the prompt budget the vLLM context is sized for), is left out for every
+    method, so all methods train on the same problems; their ids are returned and logged.
+    Other blank fields are errors.
     """
     ref = settings.reference_column
     need = ["id", "problem", "answer", ref]
@@ -143,9 +146,22 @@ def training_rows(
             ref,
             without_reference[:20],
         )
+    lengths = prompt_tokens([r["prompt"] for r in rows], tokenizer) if rows else []
+    too_long = over_budget([r["problem_id"] for r in rows], lengths, settings.max_prompt_tokens)
+    if too_long:
+        log.warning(
+            "%d problem(s) have a prompt over training.max_prompt_tokens %d and are left out: %s",
+            len(too_long),
+            settings.max_prompt_tokens,
+            too_long[:20],
+        )
+        rows = [r for r, n in zip(rows, lengths, strict=True) if n <= settings.max_prompt_tokens]
     if not rows:
-        raise ValueError(f"train table: no problem with a reference in {ref!r} to train on")
-    return Dataset.from_list(rows), without_reference
+        raise ValueError(
+            f"train table: no problem with a reference in {ref!r} and a prompt within "
+            f"training.max_prompt_tokens ({settings.max_prompt_tokens}) to train on"
+        )
+    return Dataset.from_list(rows), without_reference, too_long
 
 
 def build_trainer(
@@ -277,7 +293,7 @@ def _train_policy(
     """`train_policy` with the lock held (by the main process)."""
     check_vllm_memory(model, settings)
     task = get_task(settings.task)
-    train, without_reference = training_rows(table, task, tokenizer, settings)
+    train, without_reference, over_prompt_budget = training_rows(table, task, tokenizer, settings)
     from accelerate import PartialState
 
     main = PartialState(cpu=settings.device == "cpu").is_main_process
@@ -336,6 +352,7 @@ def _train_policy(
         "steps": int(trainer.state.global_step),
         "problems": len(train),
         "problems_without_reference": without_reference,
+        "problems_over_prompt_budget": over_prompt_budget,
         "resumed_from_step": resume_step,
         "seconds_this_session": seconds,
         "machine": machine_info(),

@@ -128,9 +128,11 @@ def write_tables(root: Path) -> dict[str, Path]:
     pl.DataFrame(
         [
             {**comparison_row("rredcot", "rredcot_perm", "auc", "primary", "all", 0.006),
-             "error_kind": "all"},
+             "error_kind": "all", "stratum": "all"},
             {**comparison_row("rredcot", "rredcot_perm", "t1_avoids_systematic", "secondary",
-                              "all", -0.012), "error_kind": "systematic"},
+                              "all", -0.012), "error_kind": "systematic", "stratum": "all"},
+            {**comparison_row("rredcot", "rredcot_perm", "auc", "secondary", "all", 0.02),
+             "error_kind": "all", "stratum": "rule"},
         ]
     ).write_csv(paths["credit_attribution"])  # fmt: skip
     return paths
@@ -310,6 +312,10 @@ def test_each_method_is_set_against_its_placebo(tmp_path):
     assert "(`results/credit_attribution.csv`)" in section
     assert "| rredcot − rredcot_perm | auc | primary | +0.006 |" in section
     assert "| rredcot − rredcot_perm | t1_avoids_systematic | secondary | −0.012 |" in section
+    assert "| rredcot − rredcot_perm | auc (rule problems) | secondary | +0.020 |" in section
+    values = summary_values(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123")
+    assert values["attribution/rredcot/rredcot_perm/auc/difference"] == "+0.006"
+    assert values["attribution/rredcot/rredcot_perm/auc/rule/seeds"] == "3"
     empty = tmp_path / "empty.csv"
     pl.read_csv(tmp_path / "credit_attribution.csv").head(0).write_csv(empty)
     text = render_summary(read_tables({"credit_attribution": empty}), TIMES, "X", "abc", [])

@@ -235,6 +235,13 @@ def summary_values(
         values[f"localization/{r['estimator']}/ci"] = interval(
             r["top1_ci95_low"], r["top1_ci95_high"]
         ).replace("+", "")
+    for r in rows.get("credit_attribution", []):
+        stratum = r.get("stratum") or "all"
+        key = f"attribution/{r['method']}/{r['against']}/{r['measure']}"
+        key += "" if stratum == "all" else f"/{stratum}"
+        values |= _difference_values(key, r)
+        values[f"{key}/seeds"] = str(r["seeds"])
+        values[f"{key}/mde80"] = plain(r["mde80"])
     for r in rows.get("regime_table", []):
         for figure in REGIME_FIGURES:
             values[f"regime/{r['method']}/{figure}"] = plain(r[figure])
@@ -288,12 +295,18 @@ def _comparisons(table: pl.DataFrame) -> list[str]:
     return lines
 
 
+def _measure(r: Mapping) -> str:
+    """A row's measure, with its stratum of the held-out problems when it has one."""
+    stratum = r.get("stratum") or "all"
+    return r["measure"] if stratum == "all" else f"{r['measure']} ({stratum} problems)"
+
+
 def _comparison_rows(table: pl.DataFrame) -> list[str]:
     """A markdown table of pooled paired-comparison rows (`paired_comparison`'s columns)."""
     rows = [
         [
             f"{r['method']} {MINUS} {r['against']}",
-            r["measure"],
+            _measure(r),
             r["endpoint"],
             signed(r["difference"]),
             interval(r["ci95_low"], r["ci95_high"]),
@@ -314,7 +327,9 @@ def _attribution(table: pl.DataFrame) -> list[str]:
         "Each method against its placebo (same level of signal, placement destroyed; METHOD.md",
         "§9), paired over seeds and problems. `primary`: the pre-registered endpoint (area under",
         "the held-out curve, docs/attribution.md). `t1_avoids_*`: the share of final samples",
-        "without a first error of that kind (positive: fewer such errors than the placebo).",
+        "without a first error of that kind (positive: fewer such errors than the placebo);",
+        "`(rule problems)`: held-out problems the misconception's rule applies to. Rows against",
+        "a baseline given the method's budget are at equal wall seconds and forward tokens.",
         "",
         *_comparison_rows(table),
     ]

@@ -171,3 +171,31 @@ def test_a_baseline_given_the_methods_budget_is_compared_at_equal_compute() -> N
     assert list(budget) == ["final_equal_seconds", "final_equal_tokens"]
     assert budget["final_equal_seconds"]["difference"] == pytest.approx(1 - 0.75)
     assert budget["final_equal_tokens"]["difference"] == pytest.approx(1 - 0.5)
+
+
+def test_every_run_is_also_set_against_the_reference_per_first_error_kind() -> None:
+    """With `reference` grpo: rredcot and rredcot_perm each get the kind and greedy rows
+    against grpo (grpo: 2 systematic first errors of 4 per seed; rredcot: none)."""
+    runs = [
+        run(n, s, [0] * 4, [1] * 4) for n in ("grpo", "rredcot", "rredcot_perm") for s in (1, 2)
+    ]
+    t1 = pl.concat(
+        [labelled("grpo", s, ["systematic", "systematic", "right", "right"]) for s in (1, 2)]
+        + [labelled(n, s, ["right"] * 4) for n in ("rredcot", "rredcot_perm") for s in (1, 2)]
+    )
+    table = attribution_table(
+        runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50, reference="grpo"
+    )
+    against = table.filter(pl.col("against") == "grpo")
+    assert against.select("method", "measure").rows() == [
+        (m, x)
+        for m in ("rredcot", "rredcot_perm")
+        for x in ("t1_avoids_systematic", "t1_avoids_random", "greedy_pass1")
+    ]
+    first = against.row(0, named=True)
+    assert first["difference"] == pytest.approx(0.5) and first["error_kind"] == "systematic"
+    with pytest.raises(ValueError, match="no grpo run"):
+        attribution_table(
+            runs[1:], BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50,
+            reference="grpo",
+        )  # fmt: skip

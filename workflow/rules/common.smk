@@ -557,11 +557,10 @@ BUDGET_PAIRS = budget_pairs(config["training"]["variants"])
 
 
 def attribution_inputs(wildcards) -> dict:
-    """What the placebo table reads: each paired run's summary, its final grades and
-    generations on the curve split (sampled and greedy), the base's grades and the split.
-    """
-    names = {name for pair in [*ATTRIBUTION_PAIRS, *BUDGET_PAIRS] for name in pair}
-    runs = [(m, s) for m, s in training_runs() if m in names]
+    """What the placebo table reads: every run's summary, its final grades and generations on
+    the curve split (sampled and greedy), the base's grades and the split (every run is also
+    set against GRPO per first-error kind)."""
+    runs = training_runs()
     files = {
         "summaries": [f"results/train/{m}/seed{s}/train_summary.json" for m, s in runs],
         **{

@@ -245,6 +245,7 @@ rule credit_attribution:
             {
                 "pairs": ATTRIBUTION_PAIRS,
                 "budget_pairs": BUDGET_PAIRS,
+                "reference": "grpo",
                 "misconception": (
                     config["sft"]["misconception"] if uses_tiny_model() else None
                 ),

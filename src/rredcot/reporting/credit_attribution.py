@@ -131,6 +131,33 @@ def _curve_rows(
     return rows
 
 
+def _kind_rows(
+    kinds: Mapping[str, pl.DataFrame],
+    method: str,
+    against: str,
+    seeds: Mapping[str, list[int]],
+    problems: Sequence[str],
+    n_resamples: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """`method` − `against` on the final samples free of each first-error kind and on greedy
+    pass@1 (`_kind_points`), paired over (seed, problem)."""
+    rows = []
+    for protocol, column, measure, kind in (
+        ("t1", "avoids_systematic", "t1_avoids_systematic", "systematic"),
+        ("t1", "avoids_random", "t1_avoids_random", "random"),
+        ("greedy", "right", "greedy_pass1", ALL),
+    ):
+        points = kinds[protocol]
+        grids = [
+            problem_grid(points.filter(pl.col("method") == m), column, seeds[m], problems)
+            for m in (method, against)
+        ]
+        stats = paired_comparison(*grids, n_resamples=n_resamples, seed=seed)
+        rows.append(_row(method, against, measure, kind, stats))
+    return rows
+
+
 def attribution_table(
     runs: Sequence[RunScores],
     base: pl.DataFrame,
@@ -141,6 +168,7 @@ def attribution_table(
     seed: int = 0,
     budget_pairs: Sequence[tuple[str, str]] = (),
     strata: Mapping[str, str] | None = None,
+    reference: str | None = None,
 ) -> pl.DataFrame:
     """One row per (pair, measure): method − placebo, paired over (seed, problem); then each
     `budget_pairs` (run, baseline given its budget) at equal seconds and equal forward tokens.
@@ -150,7 +178,8 @@ def attribution_table(
     (`rredcot.evaluation.regime.labelled_responses`, with first-error kinds). Both sides of a
     pair must share their seeds (an unpaired seed is an error, never dropped). `strata`
     (problem id -> `rule` | `no_rule`) adds each pair's area on each stratum of the held-out
-    problems (column `stratum`; every other row is `all`)."""
+    problems (column `stratum`; every other row is `all`). `reference` (GRPO): every other run
+    of `runs` also gets the first-error-kind and greedy rows against it (`_kind_rows`)."""
     if not pairs:
         raise ValueError("pairs: no placebo variant (training.variants with credit.placebo)")
     kinds = {"t1": _kind_points(t1), "greedy": _kind_points(greedy)}
@@ -166,18 +195,16 @@ def attribution_table(
             part = _curve_rows(*_stratum(both, base, chosen), method, against, (PRIMARY,),
                                n_resamples, seed)  # fmt: skip
             rows += [{**r, "stratum": label, "endpoint": "secondary"} for r in part]
-        for protocol, column, measure, kind in (
-            ("t1", "avoids_systematic", "t1_avoids_systematic", "systematic"),
-            ("t1", "avoids_random", "t1_avoids_random", "random"),
-            ("greedy", "right", "greedy_pass1", "all"),
-        ):
-            points = kinds[protocol]
-            grids = [
-                problem_grid(points.filter(pl.col("method") == m), column, seeds[m], problems)
-                for m in (method, against)
-            ]
-            stats = paired_comparison(*grids, n_resamples=n_resamples, seed=seed)
-            rows.append(_row(method, against, measure, kind, stats))
+        rows += _kind_rows(kinds, method, against, seeds, problems, n_resamples, seed)
+    names = list(dict.fromkeys(r.method for r in runs))
+    for method in names if reference in names else ():
+        if method != reference:  # on the method's seeds, which the reference must have
+            own = sorted(r.seed for r in runs if r.method == method)
+            missing = sorted(set(own) - {r.seed for r in runs if r.method == reference})
+            if missing:
+                raise ValueError(f"{method}: seeds {missing} have no {reference} run to pair with")
+            seeds = {method: own, reference: own}
+            rows += _kind_rows(kinds, method, reference, seeds, problems, n_resamples, seed)
     for method, against in budget_pairs:
         both, _ = _paired_runs(runs, method, against)
         rows += _curve_rows(both, base, method, against, EQUAL_COMPUTE, n_resamples, seed)

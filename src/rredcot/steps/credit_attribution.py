@@ -28,9 +28,10 @@ def main() -> None:
     p.add_argument("--figure", required=True, type=Path)
     args = p.parse_args()
     setup()
-    pairs, budget, block, n_resamples, seed = require(
-        args.params, "pairs", "budget_pairs", "misconception", "bootstrap_resamples", "seed"
-    )
+    pairs, budget, reference, block, n_resamples, seed = require(
+        args.params, "pairs", "budget_pairs", "reference", "misconception",
+        "bootstrap_resamples", "seed",
+    )  # fmt: skip
     files = [getattr(args, name) for name in PER_RUN]
     if len({len(f) for f in files}) != 1:
         raise ValueError(f"one file per run for each of {PER_RUN}; got {[len(f) for f in files]}")
@@ -53,7 +54,7 @@ def main() -> None:
     table = attribution_table(
         runs, read_table(args.base), pl.concat(t1), pl.concat(greedy),
         [tuple(pair) for pair in pairs], n_resamples, seed, [tuple(pair) for pair in budget],
-        strata,
+        strata, reference,
     )  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)

@@ -139,3 +139,60 @@ def test_the_config_names_its_choices():
         OPPOConfig.from_dict({"levels": "token"})
     with pytest.raises(ValueError, match="oppo.clip"):
         OPPOConfig(clip="yes")
+
+
+# --- as a state-value estimator in the studies -------------------------------------------------
+
+
+def test_bayes_estimates_are_p_at_every_boundary_of_each_study_trace():
+    """`bayes_estimates`: values p_{b_k} (k < K) and σ from one pass with and one without the
+    reference in the prompt, as one-trace passes give them; p_0 = the study set's mean reward."""
+    import polars as pl
+
+    from rredcot.models.tiny import build_tiny_model
+    from rredcot.models.tokenizer import build_byte_tokenizer
+    from rredcot.references import oracle_prompt
+    from rredcot.scoring import response_entropies
+    from rredcot.studies.estimators import BAYES_NAME, ESTIMATE_SCHEMA, bayes_estimates
+    from rredcot.tasks import get_task
+
+    tokenizer, task = build_byte_tokenizer(), get_task("synthetic")
+    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}  # fmt: skip
+    model = build_tiny_model(arch, tokenizer, seed=0).eval()
+    problems = ["a=3, b=8. c=a+b. Find c.", "a=1, b=2. c=b-a. Find c.", "a=2. Find a."] * 2
+    responses = ["c=a+b=3+8=1\nAnswer: 1.", "c=b-a=2-1=1\nAnswer: 2.", "Answer: 2."] * 2
+    references = ["c=a+b=3+8=1\nAnswer: 1.", "c=b-a=2-1=1\nAnswer: 1.", "a=2\nAnswer: 2."]
+    references += [None, None, None]
+    prompts = [task.build_prompt(q) for q in problems]
+    traces = pl.DataFrame(
+        {
+            "trace_index": list(range(6)),
+            "prompt": prompts,
+            "prompt_ids": [tokenizer(x)["input_ids"] for x in prompts],
+            "response_ids": [tokenizer(x)["input_ids"] for x in responses],
+            "reference": references,
+            "reward": [1.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+        }
+    )
+    bounds = [[0, 12, 22], [0, 12, 22], [0, 3, 10]] * 2
+    segmentation = pl.DataFrame({"trace_index": list(range(6)), "boundaries": bounds})
+    out = bayes_estimates(model, tokenizer, task, traces, segmentation, batch_traces=3)
+    assert out.schema == pl.Schema(ESTIMATE_SCHEMA)
+    assert out["trace_index"].to_list() == [0, 1, 2]  # no reference: no row
+    assert set(out["estimator"]) == {BAYES_NAME} and set(out["family"]) == {"bayes"}
+    p0 = 2 / 3  # the scored traces' mean reward
+    for row in out.iter_rows(named=True):
+        t = row["trace_index"]
+        x, z = traces["prompt_ids"][t].to_list(), traces["response_ids"][t].to_list()
+        o = tokenizer(oracle_prompt(task, tokenizer, prompts[t], references[t]))["input_ids"]
+        r = (response_entropies(model, o, z)[0] - response_entropies(model, x, z)[0]).double()
+        p = bayes_values(r[None], torch.ones(1, len(z)), torch.tensor([p0]))[0]
+        b = bounds[t][1]
+        assert row["values"] == pytest.approx([p0, float(p[b])], abs=1e-5)
+        reward = traces["reward"][t]
+        assert row["sigma"] == pytest.approx([float(p[b]) - p0, reward - float(p[b])], abs=1e-5)
+        assert row["forward_tokens"] == len(x) + len(o) + 2 * len(z)
+        assert row["seconds"] >= 0
+    half = bayes_estimates(model, tokenizer, task, traces, segmentation, OPPOConfig(prior="half"))
+    assert half["values"].list.first().to_list() == [0.5] * 3

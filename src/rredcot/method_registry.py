@@ -114,6 +114,12 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             own_rollouts=True,
         ),
         MethodSpec(
+            "oppo",
+            "rredcot.training.methods.oppo:OPPOMethod",
+            "OPPO's self-oracle: Bayes success probability from π with/without the reference",
+            run_keys=(*_CREDIT_KEYS, "oppo"),
+        ),
+        MethodSpec(
             "rrpo",
             "rredcot.training.methods.rrpo:RRPOMethod",
             "resets at a uniform random step of a failed chain",

@@ -106,6 +106,31 @@ def reference_reasoning(task: Task, reference: str) -> str:
     return reference.rpartition(task.answer_trigger)[0]
 
 
+ORACLE_HEADER = "\n\nReference solution:\n"
+"""What introduces the oracle text O in the prompt (METHOD.md §8, `oracle_prompt`)."""
+_PROBLEM_PROBE = "\x00problem\x00"
+
+
+def oracle_prompt(task: Task, tokenizer: Any, prompt: str, reference: str) -> str:
+    """x with the oracle text O = "Reference solution:" ⊕ U* ⊕ A ⊕ y* ⊕ close in it, before the
+    task's own prompt end (METHOD.md §8; OPPO's self-oracle scores the response under it).
+
+    `reference` is a reference text U* ⊕ A ⊕ y* ⊕ close (`compose_reference`; checked with
+    `reference_reasoning`), so the answer is written the way the task's responses write it. The
+    task's prompt end is what `task.build_prompt` writes after the problem (synthetic: "\\n";
+    math: the instruction and, under a chat template, the end of the user turn and the
+    assistant's header); O goes in front of it, so the response still follows the prompt's own
+    ending. A prompt that does not end with it (a TRL script's own template) gets O appended.
+    """
+    reference_reasoning(task, reference)  # a reference text, or the error that says why not
+    rendered = task.build_prompt(_PROBLEM_PROBE, tokenizer)
+    end = rendered.rpartition(_PROBLEM_PROBE)[2] if _PROBLEM_PROBE in rendered else ""
+    oracle = ORACLE_HEADER + reference
+    if end and prompt.endswith(end):
+        return prompt[: len(prompt) - len(end)] + oracle + end
+    return prompt + oracle
+
+
 def _grade(task: Task, pairs: list[tuple[str, str]]) -> list[Grade]:
     """task.grade over (response, gold) pairs, batched where the task can (math-verify worker)."""
     grade_many = getattr(task, "grade_many", None)
@@ -291,6 +316,8 @@ def build_references(
 
 
 __all__ = [
+    "ORACLE_HEADER",
+    "oracle_prompt",
     "OUTPUT_COLUMNS",
     "REFERENCE_KINDS",
     "REFERENCE_SOURCES",

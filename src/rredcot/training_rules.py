@@ -217,6 +217,7 @@ OMITTED_AT_DEFAULT: Mapping[str, Any] = {
     "padding_free": False,
     "credit.placebo": "none",
     "rule_share": None,
+    "oppo": {"level": "token", "prior": "group_mean", "token_advantage": "delta", "clip": True},
 }
 """Settings added after runs were recorded: left out of a run's settings at their default
 (`TrainingSettings`' too), so the runs' `--params` and records stay as they were. A dotted key

@@ -37,6 +37,7 @@ from trl import GRPOConfig  # noqa: E402
 from trl.data_utils import maybe_apply_chat_template  # noqa: E402
 
 from rredcot.credit.advantages import CreditConfig  # noqa: E402
+from rredcot.credit.bayes import OPPOConfig  # noqa: E402
 from rredcot.credit.mc import MCConfig  # noqa: E402
 from rredcot.credit.rredcot_config import RREDCoTConfig as EstimatorConfig  # noqa: E402
 from rredcot.method_registry import METHOD_SPECS  # noqa: E402
@@ -65,6 +66,7 @@ ROWS_WITHOUT_REFERENCE = "credit/rows_without_reference"
 ESTIMATORS: dict[str, tuple[type, ...]] = {
     "rredcot": (EstimatorConfig,),
     "mc": (MCConfig,),
+    "oppo": (OPPOConfig,),
     "rrpo": (ResetConfig,),
     "srpo": (ResetConfig,),
 }
@@ -170,8 +172,8 @@ class RREDCoTConfig(GRPOConfig):
         metadata={
             "help": "The credit's estimator settings (None: defaults). rredcot (METHOD.md §3): "
             f"{_defaults(EstimatorConfig, 'rredcot')}. mc (§5): {_defaults(MCConfig)}, "
-            f"{MC_BATCH_SIZE}=64 (rollout rows per generate call). rrpo/srpo (§6): "
-            f"{_defaults(ResetConfig)}. grpo: none."
+            f"{MC_BATCH_SIZE}=64 (rollout rows per generate call). oppo (§8): "
+            f"{_defaults(OPPOConfig)}. rrpo/srpo (§6): {_defaults(ResetConfig)}. grpo: none."
         },
     )
     transform: dict[str, Any] | str | None = field(
@@ -242,7 +244,12 @@ class RREDCoTConfig(GRPOConfig):
         if not kinds and estimator:
             raise ValueError(f"estimator: credit {self.credit!r} has no estimator settings")
         for kind in kinds:
-            key = {EstimatorConfig: "rredcot", MCConfig: "mc", ResetConfig: "resets"}[kind]
+            key = {
+                EstimatorConfig: "rredcot",
+                MCConfig: "mc",
+                OPPOConfig: "oppo",
+                ResetConfig: "resets",
+            }[kind]
             blocks[key] = kind.from_dict({**PAPER_DEFAULTS.get(key, {}), **estimator})
         return MethodSettings(**blocks)
 

@@ -101,7 +101,8 @@ SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method o
     *("ddp_timeout", "report_to", "report_offline"),
 }  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
-    "credit": {"rredcot", "mc", "oracle_step", "oracle_rule"},
+    "credit": {"rredcot", "mc", "oppo", "oracle_step", "oracle_rule"},
+    "oppo": {"oppo"},
     "mc_batch_size": {"mc"},
     "resets": {"rrpo", "srpo"},
     "reference": {"rredcot"},  # which reference RREDCoT reads (own_path: the oracle variant)

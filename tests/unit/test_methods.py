@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 
 import pytest
 import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.placebo import permute_within_traces
 from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
@@ -535,3 +537,85 @@ def test_the_oracles_placebo_runs_through_the_methods_own_path(model, tokenizer)
         batch.outcome_advantages,
     )
     torch.testing.assert_close(placebo.advantages(batch, model).advantages, want)
+
+
+# --- oppo ------------------------------------------------------------------------------------
+
+
+def oppo_by_hand(model, tokenizer, batch, m, i):
+    """(r_t (T,), p (T+1,), p_0) of row i from one-trace passes with and without O."""
+    from rredcot.credit.bayes import bayes_values, prior_probabilities
+
+    response = strip_eos(batch.completion(i), [tokenizer.eos_token_id])
+    plain, _ = response_entropies(model, batch.prompt(i), response)
+    oracle, _ = response_entropies(model, m.oracle_ids(batch.rows[i]), response)
+    r = (oracle - plain).double()
+    p0 = prior_probabilities(batch.rewards, batch.groups, m.estimator.prior)[i]
+    p = bayes_values(r[None], torch.ones(1, len(r)), p0[None], m.estimator.clip)[0]
+    return r, p, float(p0)
+
+
+def test_oppo_builds_from_the_run_settings(tokenizer):
+    settings = TrainingSettings.from_dict(
+        {"method": "oppo", "oppo": {"level": "segment", "prior": "half"}}
+    )
+    m = build_method("oppo", get_task("synthetic"), tokenizer, [tokenizer.eos_token_id], settings)
+    assert (m.name, m.estimator.level, m.estimator.prior) == ("oppo", "segment", "half")
+    assert m.credit == settings.credit and m.reads_reference and m.reuses_generation
+
+
+def test_oppo_oracle_prompt_puts_the_reference_before_the_prompt_end(tokenizer):
+    m = method("oppo", tokenizer)
+    row = {**ROWS[0], "prompt": get_task("synthetic").build_prompt(ROWS[0]["problem"])}
+    text = tokenizer.decode(m.oracle_ids(row))
+    assert text == ROWS[0]["problem"] + "\n\nReference solution:\n" + ROWS[0]["reference"] + "\n"
+    with pytest.raises(ValueError, match="'p0'.*answer trigger"):
+        m.oracle_ids({**row, "reference": "no trigger in it"})
+
+
+def test_oppo_token_level_sigma_is_the_bayes_advantage_of_each_token(model, tokenizer):
+    m = method("oppo", tokenizer)
+    batch = make_batch(tokenizer)
+    credit = m.segment_credit(batch, model)
+    for i, (sigma, b) in enumerate(zip(credit.sigmas, credit.boundaries, strict=True)):
+        r, p, p0 = oppo_by_hand(model, tokenizer, batch, m, i)
+        n, reward = len(r), RESPONSES[i][3]
+        assert b == list(range(n + 1))  # every token its own segment
+        want = torch.cat([p[1:n] - p[: n - 1], torch.tensor([reward]) - p[n - 1]])
+        torch.testing.assert_close(sigma, want, atol=1e-5, rtol=1e-5)
+        assert float(sigma.sum()) == pytest.approx(reward - p0, abs=1e-5)  # return equivalence
+    # both passes are counted: x ⊕ z and x ⊕ O ⊕ z
+    oracle_prompts = sum(len(m.oracle_ids(row)) for row in batch.rows)
+    mask = batch.completion_mask
+    want_tokens = int(batch.prompt_mask.sum()) + oracle_prompts + 2 * int(mask.sum())
+    assert credit.forward_tokens == want_tokens
+    assert set(credit.metrics) == set(m.metric_names)
+
+    out = m.advantages(batch, model)
+    assert out.advantages.shape == mask.shape and out.forward_tokens == want_tokens
+    assert (out.advantages[mask == 0] == 0).all()
+    want = token_advantages(credit.sigmas, credit.boundaries, batch.groups, mask, CreditConfig())
+    torch.testing.assert_close(out.advantages, want)
+    for i, b in enumerate(credit.boundaries):  # the EOS takes its last token's advantage
+        if RESPONSES[i][2]:
+            assert out.advantages[i, b[-1]] == out.advantages[i, b[-1] - 1]
+        assert len(set(out.advantages[i, : b[-1]].tolist())) > 1  # per token, not per row
+
+
+def test_oppo_segment_level_sums_the_token_advantages_within_each_segment(model, tokenizer):
+    """σ_k = p_{b_k} − p_{b_{k−1}} (last: R − p_{b_{K−1}}) is the sum of the delta token
+    advantages of segment k, on the configured segmentation."""
+    seg = SegmentationConfig(num_segments=3)
+    tokens = method("oppo", tokenizer).segment_credit(make_batch(tokenizer), model)
+    m = method("oppo", tokenizer, segmentation=seg, oppo=OPPOConfig(level="segment"))
+    batch = make_batch(tokenizer)
+    credit = m.segment_credit(batch, model)
+    for i, (sigma, b) in enumerate(zip(credit.sigmas, credit.boundaries, strict=True)):
+        assert len(b) == 4 and b[-1] == len(tokens.sigmas[i])
+        sums = torch.stack([tokens.sigmas[i][left:right].sum() for left, right in pairwise(b)])
+        torch.testing.assert_close(sigma, sums)
+        _, p, _ = oppo_by_hand(model, tokenizer, batch, m, i)
+        torch.testing.assert_close(sigma[:-1], p[b[1:-1]] - p[b[:-2]], atol=1e-5, rtol=1e-5)
+    out = m.advantages(batch, model)
+    assert out.advantages.shape == batch.completion_mask.shape
+    assert (out.advantages[batch.completion_mask == 0] == 0).all()

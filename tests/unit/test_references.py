@@ -251,3 +251,23 @@ def test_tiny_policy_attempts_counted_and_reproducible(
     # A random model never writes a verified solution in 8 bytes: rows 1–3 use both attempts.
     assert first["reference_attempts"].to_list() == [0, 4, 4, 4, 0]
     assert report.counts == {"dataset": 1, "sampled": 0, "none": 4}
+
+
+def test_the_oracle_prompt_puts_the_reference_before_the_tasks_prompt_end() -> None:
+    """O = "Reference solution:" ⊕ the reference text goes after the problem, before what the
+    task writes after it (math: the instruction and the chat turn's end); a prompt written
+    another way gets it appended."""
+    from rredcot.models.tokenizer import build_chat_tokenizer
+    from rredcot.references import ORACLE_HEADER, oracle_prompt
+
+    tokenizer, task = build_chat_tokenizer(), get_task("math")
+    reference = compose_reference(task, "Add them: $2 + 3 = 5$.", "5")
+    prompt = task.build_prompt("What is 2 + 3?", tokenizer)
+    oracle = oracle_prompt(task, tokenizer, prompt, reference)
+    assert oracle == task.build_prompt("What is 2 + 3?" + ORACLE_HEADER + reference, tokenizer)
+    assert oracle.endswith("<|im_start|>assistant\n") and oracle.count("<|im_start|>") == 2
+    assert oracle_prompt(task, tokenizer, "Q: 2 + 3?", reference) == (
+        "Q: 2 + 3?" + ORACLE_HEADER + reference
+    )
+    with pytest.raises(ValueError, match="answer trigger"):
+        oracle_prompt(task, tokenizer, prompt, "5")

@@ -72,3 +72,20 @@ def test_padding_free_is_left_out_at_its_default_and_kept_when_on() -> None:
     own = merged(off, {"training": {"per_method": {"grpo": {"padding_free": True}}}})
     assert run_settings(own, "grpo", 1, task="synthetic")["padding_free"] is True
     assert "padding_free" not in run_settings(own, "rredcot", 1, task="synthetic")
+
+
+def test_the_oppo_block_is_left_out_at_its_defaults_and_kept_when_changed() -> None:
+    """training.oppo (METHOD.md §8) came after runs were recorded: at its defaults (the
+    class's) no run's settings change; a changed block reaches the runs."""
+    import dataclasses
+
+    from rredcot.credit.bayes import OPPOConfig
+    from rredcot.training_rules import OMITTED_AT_DEFAULT
+
+    default = dataclasses.asdict(OPPOConfig())
+    assert OMITTED_AT_DEFAULT["oppo"] == default
+    at_default = {**CONFIG, "training": {**CONFIG["training"], "oppo": default}}
+    for method in ("grpo", "rredcot", "oppo"):
+        assert "oppo" not in run_settings(at_default, method, 1, task="synthetic")
+    segment = merged(at_default, {"training": {"oppo": {"level": "segment"}}})
+    assert run_settings(segment, "oppo", 1, task="synthetic")["oppo"]["level"] == "segment"

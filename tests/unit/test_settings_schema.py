@@ -13,6 +13,7 @@ import pytest
 
 from rredcot.config import load_schema
 from rredcot.credit.advantages import CreditConfig
+from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.data.misconceptions import Misconception
@@ -36,6 +37,7 @@ PAIRS: dict[str, tuple[type, set[str], set[str]]] = {
     "estimator.rredcot": (RREDCoTConfig, set(), set()),
     "estimator.mc": (MCConfig, set(), set()),
     "training.resets": (ResetConfig, set(), set()),
+    "training.oppo": (OPPOConfig, set(), set()),
     "training.lora": (LoraSettings, set(), set()),
     # the demonstrations' errors and the held-out split are the SFT step's, not the trainer's;
     # the seed is the config's global one

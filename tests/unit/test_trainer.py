@@ -435,7 +435,7 @@ def metrics_rows(out: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["grpo", "rredcot", "mc", "oracle_step"])
+@pytest.mark.parametrize("method", ["grpo", "rredcot", "mc", "oracle_step", "oppo"])
 def test_a_short_run_changes_the_policy(base, tmp_path, method):
     path, table = base
     model = load_model(path)
@@ -450,10 +450,13 @@ def test_a_short_run_changes_the_policy(base, tmp_path, method):
     for r in rows:
         assert all(map(torch.isfinite, torch.tensor([float(r["loss/policy"])])))
         assert float(r["time/step_seconds"]) > 0
-    if method in ("rredcot", "mc"):  # the oracle reads the checker: no forward pass
+    if method in ("rredcot", "mc", "oppo"):  # the oracle reads the checker: no forward pass
         assert all(float(r["credit/forward_tokens"]) > 0 for r in rows)
     if method == "oracle_step":
         assert all(0 <= float(r["credit/oracle_line_accuracy"]) <= 1 for r in rows)
+    if method == "oppo":  # x ⊕ z off the generation; only x ⊕ O ⊕ z is run
+        assert all(float(r["credit/generation_reused"]) == 1.0 for r in rows)
+        assert all(0 <= float(r["credit/p_end_mean"]) <= 1 for r in rows)
     final = load_model(tmp_path / "final")
     changed = [n for n, p in final.named_parameters() if not torch.equal(p, before[n])]
     assert changed, f"{method}: no parameter changed (rewards {[r['reward/mean'] for r in rows]})"

@@ -183,3 +183,44 @@ def response_entropies(
     body, head = parts
     hidden = body(input_ids=ids[None]).last_hidden_state[0, -n:]  # (T, H)
     return hidden_scores(head, hidden, targets)
+
+
+def pad_rows(
+    rows: Sequence[Sequence[int]], pad_id: int, *, left: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows as (B, L) ids and mask (1 = real), padded on the left (prompts) or the right
+    (completions) with `pad_id` to the longest row (L ≥ 1)."""
+    width = max([len(r) for r in rows], default=0) or 1
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        n = len(row)
+        if n:
+            at = slice(width - n, width) if left else slice(0, n)
+            ids[i, at], mask[i, at] = torch.tensor(list(row), dtype=torch.long), 1
+    return ids, mask
+
+
+@torch.no_grad()
+def completion_scores(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    rows_per_pass: int = 8,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """log π(z_t | x, z_<t) and H_t of every completion token: (B, T) each on the CPU, from
+    teacher-forced passes of x ⊕ z (`rows_per_pass` rows at a time). prompt_*: (B, P)
+    left-padded; completion_*: (B, T) right-padded. Also returns the real tokens run."""
+    ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (B, P+T)
+    mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (B, P+T)
+    device = next(model.parameters()).device
+    p, t = prompt_ids.shape[1], completion_ids.shape[1]
+    logprobs, entropies = [], []
+    for start in range(0, ids.shape[0], rows_per_pass):
+        rows = slice(start, start + rows_per_pass)
+        lp, h = token_logprobs(model, ids[rows].to(device), mask[rows].to(device))  # (b, L−1)
+        logprobs.append(lp[:, p - 1 : p - 1 + t].cpu())  # entry P+t−1 scores completion token t
+        entropies.append(h[:, p - 1 : p - 1 + t].cpu())
+    return torch.cat(logprobs), torch.cat(entropies), int(mask.sum())

@@ -8,7 +8,10 @@ Estimators (METHOD.md §3, §5), each giving one σ (K,) per trace on the same s
   `VALUE_VARIANTS` and the conditional / joint answer-now (the configured `estimator.rredcot`
   otherwise, terminal correction by default); `…_own_path` / `…_sampled`: with the key on the
   trace's own path (an oracle) or the sampled-first reference instead of the configured one;
-- `loo`, `shapley`, `grad_x_input`, `attention`: the attribution baselines.
+- `loo`, `shapley`, `grad_x_input`, `attention`: the attribution baselines;
+- `oppo_bayes`: OPPO's one-pass Bayes value (METHOD.md §8, reconstructed): V̂(s_k) = p_{b_k}, the
+  running success probability from the policy's log ratio with and without the reference in
+  the prompt, σ_k = V̂(s_k) − V̂(s_{k−1}), V̂(s_K) = R (`bayes_estimates`).
 
 Costs per trace: forward_tokens (tokens run through the model: for MC, each rollout's state
 prompt plus its new tokens, since every rollout encodes its own prefix; for RREDCoT, the packed
@@ -17,7 +20,8 @@ backward_tokens (gradient × input only) and seconds. Batched calls (MC, RREDCoT
 whole and the time is shared among traces in proportion to their forward tokens.
 
 The table is long: one row per (trace, estimator) with `sigma` (K,) and `values` (K,: the state
-values of k = 0 … K−1, Φ_k for RREDCoT and V̂(s_k) for MC; null for attributions) as lists.
+values of k = 0 … K−1, Φ_k for RREDCoT, V̂(s_k) for MC and the Bayes value; null for
+attributions) as lists.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ ESTIMATE_SCHEMA: dict[str, pl.DataType] = {
     "seconds": pl.Float64(),
     "cost_basis": pl.String(),
 }
-FAMILIES: tuple[str, ...] = ("ground_truth", "mc", "rredcot", "attribution", "null")
+FAMILIES: tuple[str, ...] = ("ground_truth", "mc", "rredcot", "bayes", "attribution", "null")
+BAYES_NAME = "oppo_bayes"
+"""The one-pass Bayes value's estimator name (family `bayes`)."""
 
 
 def mc_name(n: int) -> str:
@@ -255,6 +261,92 @@ def rredcot_estimates(
     return _frame(rows)
 
 
+def bayes_estimates(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    traces: pl.DataFrame,
+    segmentation: pl.DataFrame,
+    config: Any = None,
+    *,
+    batch_traces: int = 64,
+    reference_column: str = "reference",
+) -> pl.DataFrame:
+    """σ and V̂(s_k) = p_{b_k} of the one-pass Bayes value (METHOD.md §8) at every segment
+    boundary, `batch_traces` traces per pair of passes (x ⊕ τ and x ⊕ O ⊕ τ, O the reference in
+    the prompt, `rredcot.references.oracle_prompt`).
+
+    config: an `OPPOConfig` (prior, clip; None: its defaults). One trace per problem has no
+    group, so `prior: group_mean` takes p_0 = the mean reward of the scored traces (the study
+    set); `half` takes 0.5. Costs per trace: the real tokens of both passes (the prompt, the
+    oracle prompt and τ twice); seconds: the chunk's time shared by those tokens. Traces without
+    a reference, or without a segment, get no row.
+    """
+    import torch
+
+    from rredcot.credit.bayes import (
+        OPPOConfig,
+        bayes_segment_credit,
+        bayes_segment_values,
+        bayes_values,
+        log_ratios,
+    )
+    from rredcot.references import oracle_prompt
+    from rredcot.scoring.logprobs import completion_scores, pad_rows
+
+    cfg = OPPOConfig() if config is None else config
+    by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
+    items = [
+        (t, bounds, by_index[t])
+        for t, bounds in segmentation.select("trace_index", "boundaries").iter_rows()
+        if len(bounds) > 1 and by_index[t][reference_column] is not None
+    ]
+    if cfg.prior == "half" or not items:
+        p0 = 0.5
+    else:
+        p0 = float(np.mean([row["reward"] for _, _, row in items]))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rows: list[dict[str, Any]] = []
+    chunks = range(0, len(items), batch_traces)
+    for start in tqdm(chunks, desc="bayes scoring", unit="batch"):
+        chunk = items[start : start + batch_traces]
+        began = time.perf_counter()
+        oracle_ids = [
+            tokenizer(
+                oracle_prompt(task, tokenizer, row["prompt"], row[reference_column]),
+                add_special_tokens=False,
+            )["input_ids"]
+            for _, _, row in chunk
+        ]
+        completion, mask = pad_rows([row["response_ids"] for _, _, row in chunk], pad, left=False)
+        scores, tokens = [], {}
+        for prompts in ([row["prompt_ids"] for _, _, row in chunk], oracle_ids):
+            ids, prompt_mask = pad_rows(prompts, pad, left=True)
+            scores.append(completion_scores(model, ids, prompt_mask, completion, mask)[0])
+        r = log_ratios(scores[1], scores[0], mask)  # (B, T)
+        p = bayes_values(r, mask, torch.full((len(chunk),), p0), cfg.clip)  # (B, T+1)
+        elapsed = time.perf_counter() - began
+        for (t, _, row), extra in zip(chunk, oracle_ids, strict=True):
+            tokens[t] = len(row["prompt_ids"]) + len(extra) + 2 * len(row["response_ids"])
+        seconds = _share(elapsed, tokens)
+        for i, (t, bounds, row) in enumerate(chunk):
+            rows.append(
+                {
+                    "trace_index": t,
+                    "estimator": BAYES_NAME,
+                    "family": "bayes",
+                    "n_rollouts": None,
+                    "sigma": bayes_segment_credit(p[i], bounds, row["reward"]).tolist(),
+                    "values": bayes_segment_values(p[i], bounds)[:-1].tolist(),
+                    "forward_tokens": tokens[t],
+                    "backward_tokens": 0,
+                    "seconds": seconds[t],
+                    "cost_basis": "own passes with and without the reference",
+                }
+            )
+    return _frame(rows)
+
+
 def answer_ids(
     task: Any, tokenizer: Any, answer: str, thinking: bool = False
 ) -> tuple[list[int], int]:
@@ -315,7 +407,9 @@ __all__ = [
     "ESTIMATE_SCHEMA",
     "FAMILIES",
     "answer_ids",
+    "BAYES_NAME",
     "attribution_estimates",
+    "bayes_estimates",
     "mc_estimates",
     "mc_name",
     "reference_path",

@@ -16,6 +16,7 @@ from typing import Any
 
 from rredcot.config import check_choices, check_known_keys
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
+from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.data.misconceptions import Misconception
@@ -158,6 +159,9 @@ class TrainingSettings:
     """RREDCoT estimator (§3)."""
     mc: MCConfig = field(default_factory=MCConfig)
     """MC rollouts (§5)."""
+    oppo: OPPOConfig = field(default_factory=OPPOConfig)
+    """OPPO's one-pass Bayes value (§8, a reconstruction): token or segment level, prior, form
+    of the token advantage, clipping."""
     resets: ResetConfig = field(default_factory=ResetConfig)
     """RRPO/SRPO group sampling and self-localization (§6); they need loss_type grpo, kl_beta 0
     and an even num_generations (split 1×(n/2))."""
@@ -264,6 +268,7 @@ class TrainingSettings:
             "credit": CreditConfig,
             "rredcot": RREDCoTConfig,
             "mc": MCConfig,
+            "oppo": OPPOConfig,
             "resets": ResetConfig,
             "lora": LoraSettings,
         }

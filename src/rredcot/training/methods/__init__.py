@@ -6,6 +6,7 @@ The list of methods, with what the workflow needs to know of each, is
     grpo         outcome advantage A_i on every token (TRL's GRPO)          methods/grpo.py
     rredcot      RREDCoT σ_{i,k} per segment → token advantages             methods/rredcot.py
     mc           VinePPO-style Monte Carlo σ_k = V̂(s_k) − V̂(s_{k−1})       methods/mc.py
+    oppo         OPPO's self-oracle: Bayes success probability p_t           methods/oppo.py
     rrpo         resets at a uniform random step of a failed chain            methods/rrpo.py
     srpo         resets where the policy localizes its own first error        methods/srpo.py
                  (rrpo and srpo sample their own groups: methods/resets.py)

@@ -32,12 +32,13 @@ import numpy as np
 import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
+from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.placebo import placebo_sigmas
 from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.credit.traces import SegmentedTrace
 from rredcot.generation.base import GenerationBackend
-from rredcot.scoring import token_logprobs
+from rredcot.scoring.logprobs import completion_scores
 from rredcot.scoring.packed import GenerationCache
 from rredcot.segmentation import SegmentationConfig, segment
 
@@ -138,6 +139,7 @@ class MethodSettings:
     reference: str = "configured"
     mc: MCConfig = field(default_factory=MCConfig)
     mc_batch_size: int = 64
+    oppo: OPPOConfig = field(default_factory=OPPOConfig)
     resets: Any = None
     """RRPO/SRPO's `ResetConfig` (None: its defaults; it lives with the reset methods)."""
     misconception: Any = None
@@ -209,24 +211,20 @@ def strip_eos(completion: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
     return ids
 
 
-@torch.no_grad()
 def response_scores(
     policy: torch.nn.Module, batch: RolloutBatch, rows_per_pass: int = 8
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """log π(z_t | x, z_<t) and H_t of every completion token: (B, T) each, from teacher-forced
     passes of x ⊕ completion (`rows_per_pass` rows at a time). Also returns the real tokens run.
     """
-    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)  # (B, P+T)
-    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)  # (B, P+T)
-    device = next(policy.parameters()).device
-    p, t = batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-    logprobs, entropies = [], []
-    for start in range(0, len(batch), rows_per_pass):
-        rows = slice(start, start + rows_per_pass)
-        lp, h = token_logprobs(policy, ids[rows].to(device), mask[rows].to(device))  # (b, L−1)
-        logprobs.append(lp[:, p - 1 : p - 1 + t].cpu())  # entry P+t−1 scores completion token t
-        entropies.append(h[:, p - 1 : p - 1 + t].cpu())
-    return torch.cat(logprobs), torch.cat(entropies), int(mask.sum())
+    return completion_scores(
+        policy,
+        batch.prompt_ids,
+        batch.prompt_mask,
+        batch.completion_ids,
+        batch.completion_mask,
+        rows_per_pass,
+    )
 
 
 def segment_completions(

@@ -25,7 +25,10 @@ at `--vllm-share` 0.3, ZeRO-3 over `--processes` 8): the process may use
 for the layers ZeRO-3 gathers, and counts against the cap). On CUDA the cap is enforced
 (`torch.cuda.set_per_process_memory_fraction`; an out-of-memory error is a row with status
 `oom`); on the CPU it is compared with the measured peak (resident memory above the start, plus
-the weights). One CSV row per case (`COLUMNS`), printed and written with `--csv`.
+the weights). Each row carries the planner's estimate of the same case (`planner_estimate`:
+`rredcot.memory_plan`'s credit or training phase, plus the weights, and the gradients for
+training) and the ratio measured / estimate. One CSV row per case (`COLUMNS`), printed and
+written with `--csv`.
 
 `--tiny` scales everything down to a minute on a CPU, for CI: a 2-layer model with a 16k
 vocabulary, 2 prompts × 4 responses, T = 64, 128, 192, and a cap under which as many of the
@@ -55,6 +58,7 @@ from transformers import Qwen3ForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
 from rredcot.credit.rredcot import RREDCoTConfig, Trace, rredcot_credit_batch
+from rredcot.memory_plan import ModelShape, credit_phases, shape_from_hf, training_phases
 from rredcot.models.tiny import tiny_config
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.tasks.synthetic import SyntheticTask
@@ -99,6 +103,8 @@ COLUMNS = [
     "max_resident_tokens",
     "cap_bytes",
     "peak_bytes",
+    "estimate_bytes",
+    "ratio",
     "fits",
     "status",
     "seconds",
@@ -177,6 +183,36 @@ class Peak:
             self.bytes = torch.cuda.max_memory_allocated() - self.start
         else:
             self.bytes = _status_kib("VmHWM") * 1024 - self.start
+
+
+def planner_estimate(
+    case: str,
+    shape: ModelShape,
+    traces: list[Trace],
+    config: RREDCoTConfig,
+    weights: int,
+    padding_free: bool = False,
+) -> int:
+    """The planner's bytes for a case as `run_case` measures it (peak above the start plus the
+    weights): the credit's peak phase (pruning's kept keys are a bound, left out), or the
+    training micro-batch's activations plus its gradients (one per weight, in their dtype)."""
+    prompts = [len(t.prompt_ids) for t in traces]
+    responses = [len(t.response_ids) for t in traces]
+    if case == "credit":
+        credit = credit_phases(
+            shape,
+            prompts,
+            responses,
+            states=len(traces[0].boundaries),
+            max_resident_tokens=config.max_resident_tokens,
+            max_tokens_per_pass=config.max_tokens_per_pass,
+        )
+        return weights + credit["peak"]
+    length, completion = max(prompts) + max(responses), max(responses)
+    train = training_phases(
+        shape, len(traces), length, completion, padding_free=padding_free, head_trained=True
+    )
+    return 2 * weights + sum(train.values())
 
 
 def credit_batch(length: int, args: argparse.Namespace, rng: random.Random) -> list[Trace]:
@@ -317,6 +353,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"{parameters:,} parameters ({dtype}, {device}); cap {cap / 1e9:.3f} GB; "
         f"max_resident_tokens {budget:,} ({slot_bytes(model):,} bytes a slot)"
     )
+    shape = shape_from_hf(model.config.to_dict(), next(model.parameters()).element_size())
     warm = credit_batch(32, argparse.Namespace(**{**vars(args), "responses": 1}), random.Random(1))
     rredcot_credit_batch(model, tokenizer, task, warm, config)  # first-call allocations
     train_micro_batch(model, warm[:2], device, args.padding_free)
@@ -334,7 +371,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             args.tiny,
         )
         tokens = sum(r.forward_tokens for r in results) if results else 0
-        rows.append({**row, "rows": len(traces), "max_resident_tokens": budget, "tokens": tokens})
+        estimate = planner_estimate("credit", shape, traces, config, weights)
+        rows.append(
+            {
+                **row,
+                "rows": len(traces),
+                "max_resident_tokens": budget,
+                "tokens": tokens,
+                "estimate_bytes": estimate,
+            }
+        )
         micro = traces[: args.train_rows]
         row, tokens = run_case(
             "train",
@@ -345,13 +391,24 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             weights,
             args.tiny,
         )
-        rows.append({**row, "rows": len(micro), "max_resident_tokens": "", "tokens": tokens or 0})
+        estimate = planner_estimate("train", shape, micro, config, weights, args.padding_free)
+        rows.append(
+            {
+                **row,
+                "rows": len(micro),
+                "max_resident_tokens": "",
+                "tokens": tokens or 0,
+                "estimate_bytes": estimate,
+            }
+        )
         for r in rows[-2:]:
             r.update(device=device, dtype=str(dtype).removeprefix("torch."))
+            r["ratio"] = round(r["peak_bytes"] / r["estimate_bytes"], 3)
             print(
                 f"{r['case']:>6} T={r['T']:>6} rows={r['rows']:>3} peak "
                 f"{r['peak_bytes'] / 1e9:8.3f} GB of {r['cap_bytes'] / 1e9:8.3f} "
-                f"{FITS[r['fits']]} ({r['status']}, {r['seconds']} s)",
+                f"{FITS[r['fits']]} ({r['status']}, {r['seconds']} s); planner "
+                f"{r['estimate_bytes'] / 1e9:.3f} GB (measured/planned {r['ratio']})",
                 flush=True,
             )
         if args.csv is not None:

@@ -3,7 +3,8 @@
 The config is read as Snakemake reads it (config.yaml, then each `--configfile` on top); for
 every method of `training.methods` the `train_policy` rule's phases (`rredcot.memory_plan.
 rule_phases`) are printed in GB against `--gpu-memory-gb`, with the key to change where the
-peak does not fit. Exits 1 when a rule does not fit.
+peak does not fit, under the planner's SDPA-kernel assumption (printed). Exits 1 when a rule
+does not fit.
 
     python scripts/memory_plan.py --configfile configs/paper_qwen3_4b.yaml --gpu-memory-gb 80
 """
@@ -18,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from rredcot.memory_plan import advice, rule_phases
+from rredcot.memory_plan import SDPA_ASSUMPTION, advice, device_bytes, rule_phases
 
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("weights", "gradients", "optimizer", "vllm", "training", "credit", "peak")
+PHASES = ("weights", "gradients", "optimizer", "vllm", "training", "gathered", "credit", "peak")
 
 
 def merged(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,7 +45,11 @@ def main() -> None:
     for path in args.configfile:
         config = merged(config, yaml.safe_load(path.read_text()) or {})
     gpu = int(args.gpu_memory_gb * 1e9)
-    print(f"train_policy, one GPU of {args.gpu_memory_gb:g} GB; GB per phase")
+    print(
+        f"train_policy, one GPU of {args.gpu_memory_gb:g} GB (vLLM's share of its "
+        f"{device_bytes(gpu) / 1e9:.1f} GB real memory); GB per phase"
+    )
+    print(f"assumed: {SDPA_ASSUMPTION}")
     print(f"{'method':>10} " + " ".join(f"{p:>9}" for p in PHASES) + "  fits")
     failed = False
     for method in config["training"]["methods"]:

@@ -3,12 +3,21 @@
 Everything is a formula of the model's shape and the config's batching, read off the code that
 allocates it:
 
-- **weights, gradients, optimizer** (per GPU): N parameters in the model dtype, gradients in it
-  too, AdamW's fp32 master copy and two moments (12 bytes a parameter); ZeRO-2 splits gradients
-  and optimizer over the processes, ZeRO-3 the weights too; LoRA trains (and stores optimizer
-  state for) the adapters only;
-- **vLLM** (colocated): the share of GPU memory it reserves
-  (`training.vllm_gpu_memory_utilization`);
+- **weights, gradients, optimizer** (per GPU): under DeepSpeed, N parameters in the model
+  dtype, gradients in it too, AdamW's fp32 master copy and two moments (12 bytes a parameter);
+  ZeRO-2 splits gradients and optimizer over the processes, ZeRO-3 the weights too. Without
+  DeepSpeed the policy is trained in float32 (`rredcot.training.precision`): 4-byte weights and
+  gradients, two moments (8 bytes), and under bf16 autocast the residual stream the checkpoints
+  keep is float32 too. LoRA trains (and stores optimizer state for) the adapters only, on a base
+  in the model dtype;
+- **vLLM** (colocated): the share it reserves (`training.vllm_gpu_memory_utilization`) of the
+  device's real memory: vLLM takes the fraction of what CUDA reports, and a card sold as "80 GB"
+  has 80 GiB (85.9 GB; an H100 reports 81,559 MiB), so the share is of `memory_gb` GiB
+  (`device_bytes`) while the budget the peak is held to stays `memory_gb` × 10⁹ bytes, the
+  ~5 GB between them left to the CUDA context, NCCL and the allocator's fragmentation;
+- **the method's pass** (`gathered`): under ZeRO-3 the trainer gathers every weight on every GPU
+  for the method's own passes (the credit, MC's rollouts: `unwrap_model_for_generation`), so the
+  whole model in the model dtype is held beside the shards while they run;
 - **training micro-batch** (per_device rows of P + T tokens, checkpointed): each layer's input
   kept (rows·L·H), one layer recomputed (its activations and, in the backward, their
   gradients; all layers' without checkpointing),
@@ -25,6 +34,12 @@ allocates it:
   continuation row of the shared layout (its mask and activations), whichever is larger; the
   keys kept between pruning rounds are reported apart, as their bound
   (`prune_max_kept_tokens` slots).
+
+**Attention kernel.** Every masked pass (the padded training batch, the credit's encoding and
+continuation rows) is assumed to run in SDPA's memory-efficient kernel, which never holds the
+(rows, heads, queries, keys) attention weights; a fallback to SDPA's math kernel holds them, 8-15
+GB a pass at the paper's lengths, which the planner does not count (`SDPA_ASSUMPTION`;
+scripts/gpu_check.py probes the kernel at those shapes).
 
 `credit_phases` is checked against the CPU peak of scaled shapes by scripts/check_memory_plan.py
 (docs/memory.md); `run_phases` adds them up for one GPU of a run's `train_policy` job, and
@@ -45,6 +60,17 @@ CHUNK_ELEMENTS = 1 << 25  # rredcot.scoring.logprobs._MAX_CHUNK_ELEMENTS
 SHARED_ROW_TOKENS, SHARED_ROW_MAX = 256, 4096  # rredcot.scoring.layout
 HEAD_TILE = (4096, 32768)  # TRL 1.16's fused LM head: tokens × vocabulary of one projection tile
 PROMPT_TOKENS = 512  # prompt tokens a training row is assumed to hold (the benchmarks' are shorter)
+SDPA_ASSUMPTION = (
+    "every masked pass runs in SDPA's memory-efficient kernel (a math-kernel fallback holds the "
+    "attention weights, 8-15 GB a pass at 25k tokens, not counted; scripts/gpu_check.py probes it)"
+)
+"""The kernel assumption behind every estimate, printed with them (scripts/memory_plan.py)."""
+
+
+def device_bytes(budget_bytes: int) -> int:
+    """The real memory of a GPU sold as `budget_bytes` / 10⁹ GB (config key `devices.memory_gb`):
+    that many GiB, what CUDA reports and vLLM's share is taken of (module docstring)."""
+    return budget_bytes * 2**30 // 10**9
 
 
 @dataclass(frozen=True)
@@ -140,7 +166,12 @@ def advice(phases: Mapping[str, int], gpu_bytes: int) -> str | None:
     """None when the peak fits `gpu_bytes`; else which config key to change, and how."""
     if phases["peak"] <= gpu_bytes:
         return None
-    if phases["credit"] >= phases["training"]:
+    if phases.get("gathered", 0) + phases["credit"] >= phases["training"]:
+        if phases["credit"] == 0:
+            return (
+                "training.vllm_gpu_memory_utilization (ZeRO-3 gathers the whole model for the "
+                "method's pass; or training.accelerate zero2)"
+            )
         return (
             "estimator.rredcot.max_resident_tokens (fewer trace-cache slots resident; or "
             "prune_max_kept_tokens / max_tokens_per_pass)"
@@ -208,12 +239,16 @@ def training_phases(
     checkpointing: bool = True,
     padding_free: bool = False,
     head_trained: bool = True,
+    residual_bytes: int | None = None,
 ) -> dict[str, int]:
     """Bytes of one training micro-batch's activations (module docstring): kept layer inputs,
     one recomputed layer (all of them without checkpointing), the dense mask (none when
-    padding-free), TRL's fused LM head over the rows' `completion` positions."""
+    padding-free), TRL's fused LM head over the rows' `completion` positions. `residual_bytes`:
+    bytes of a value of the residual stream the checkpoints keep (default the model dtype's; 4
+    for float32 weights under bf16 autocast, whose residual adds stay float32)."""
     tokens = rows * length
-    kept = shape.layers * tokens * shape.hidden * shape.bytes_per_value
+    residual = shape.bytes_per_value if residual_bytes is None else residual_bytes
+    kept = shape.layers * tokens * shape.hidden * residual
     layers = 1 if checkpointing else shape.layers
     # the backward holds a recomputed layer's activations and their gradients: of every row at
     # once, or of one row when padding-free (rows one at a time, SDPA's causal kernel)
@@ -221,7 +256,7 @@ def training_phases(
     recompute = 2 * layers * shape.layer_activation_bytes(recomputed)
     mask = 0 if padding_free else _mask_bytes(rows, length, length, shape)
     scored = rows * completion
-    head = scored * shape.hidden * (shape.bytes_per_value + 4)  # kept states, float32 gradient
+    head = scored * shape.hidden * (residual + 4)  # kept states, float32 gradient
     head += scored * 4 * 8  # its per-token float32 statistics (log Z, entropy, gradients, ...)
     head += HEAD_TILE[0] * min(HEAD_TILE[1], shape.vocab) * shape.bytes_per_value
     if head_trained:  # the head's gradient is accumulated in float32
@@ -238,8 +273,10 @@ def run_phases(
     num_processes: int,
 ) -> dict[str, int]:
     """Estimated bytes per phase on one GPU of a run's `train_policy` job: weights, gradients,
-    optimizer, vLLM, training, credit (the credit and training run one after the other: the
-    peak takes the larger), and peak. `values` are the run's settings
+    optimizer, vLLM, training, gathered (ZeRO-3's whole model during the method's pass),
+    credit (the method's pass and training run one after the other: the peak takes the larger
+    of training and gathered + credit), and peak. `gpu_bytes`: the budget, `devices.memory_gb`
+    × 10⁹ (vLLM's share is of `device_bytes` of it). `values` are the run's settings
     (`rredcot.training_rules.run_settings`: config `training` with the method's and variant's
     overrides, the run's `rredcot` estimator block, `segmentation`), launched under
     `accelerate` on `num_processes` processes."""
@@ -259,11 +296,17 @@ def run_phases(
         trained = shape.layers * per_layer
     size = shape.bytes_per_value
     colocated = values.get("use_vllm") and values.get("vllm_mode", "colocate") == "colocate"
+    share = values.get("vllm_gpu_memory_utilization", 0) if colocated else 0
+    sharded = procs if accelerate in ("zero2", "zero3") else 1
+    # without DeepSpeed, AdamW writes float32 weights (rredcot.training.precision): no master copy
+    masters = accelerate is None and not values.get("lora")
+    trained_size = 4 if masters else size
     phases = {
-        "weights": n * size // (procs if accelerate == "zero3" else 1),
-        "gradients": trained * size // (procs if accelerate in ("zero2", "zero3") else 1),
-        "optimizer": trained * 12 // (procs if accelerate in ("zero2", "zero3") else 1),
-        "vllm": int(gpu_bytes * values.get("vllm_gpu_memory_utilization", 0)) if colocated else 0,
+        "weights": n * (4 if masters else size) // (procs if accelerate == "zero3" else 1),
+        "gradients": trained * trained_size // sharded,
+        "optimizer": trained * (8 if masters else 12) // sharded,
+        "vllm": int(device_bytes(gpu_bytes) * share),
+        "gathered": n * size if accelerate == "zero3" else 0,
     }
     if accelerate == "zero3":  # the layer being computed is gathered whole
         phases["weights"] += n * size // shape.layers
@@ -280,6 +323,7 @@ def run_phases(
         checkpointing=bool(values.get("gradient_checkpointing")),
         padding_free=bool(values.get("padding_free")),
         head_trained=not values.get("lora"),
+        residual_bytes=4 if masters else None,
     )
     phases["training"] = sum(train.values())
     phases["credit"] = 0
@@ -296,9 +340,13 @@ def run_phases(
             prune_max_kept_tokens=rredcot.get("prune_max_kept_tokens"),
         )
         phases["credit"] = credit["peak"] + credit["pruning_bound"]
-    fixed = sum(phases[k] for k in ("weights", "gradients", "optimizer", "vllm"))
-    phases["peak"] = fixed + max(phases["training"], phases["credit"])
+    fixed = sum(phases[k] for k in FIXED_PHASES)
+    phases["peak"] = fixed + max(phases["training"], phases["gathered"] + phases["credit"])
     return phases
+
+
+FIXED_PHASES = ("weights", "gradients", "optimizer", "vllm")
+"""Phases held through the whole step; training and the method's pass come on top, in turn."""
 
 
 def launcher_of(config: Mapping[str, Any], method: str) -> str | None:
@@ -329,7 +377,11 @@ def rule_phases(config: Mapping[str, Any], method: str, gpu_bytes: int) -> dict[
     )
 
 
-PHASE_NAMES = {"training": "one training micro-batch", "credit": "the RREDCoT credit"}
+PHASE_NAMES = {
+    "training": "one training micro-batch",
+    "credit": "the RREDCoT credit",
+    "gathered": "the method's pass",
+}
 
 
 def config_errors(
@@ -360,12 +412,19 @@ def config_errors(
         if hint is None:
             continue
         key, _, how = hint.removesuffix(")").partition(" (")
-        phase = "credit" if phases["credit"] >= phases["training"] else "training"
-        fixed = phases["peak"] - phases[phase]
+        method_pass = phases["gathered"] + phases["credit"]
+        phase = "training"
+        if method_pass >= phases["training"]:
+            phase = "credit" if phases["credit"] else "gathered"
+        size = phases["training"] if phase == "training" else method_pass
+        gathered = ""
+        if phase != "training" and phases["gathered"]:
+            gathered = f" with {phases['gathered'] / 1e9:.1f} GB of ZeRO-3 weights gathered"
+        fixed = phases["peak"] - size
         errors.append(
             f"run {name}: config key '{key}': the train_policy job's peak on one GPU is "
             f"estimated at {phases['peak'] / 1e9:.1f} GB ({PHASE_NAMES[phase]} "
-            f"{phases[phase] / 1e9:.1f} GB on top of {fixed / 1e9:.1f} GB of weights, "
+            f"{size / 1e9:.1f} GB{gathered} on top of {fixed / 1e9:.1f} GB of weights, "
             f"gradients, optimizer state and vLLM share), more than the {memory_gb:g} GB of one "
             f"GPU (config key 'devices.memory_gb'); change {key} ({how}; "
             "scripts/memory_plan.py prints every phase)"

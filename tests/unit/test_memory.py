@@ -365,6 +365,9 @@ def test_gpu_paper_shape_runs_tiny_on_the_cpu(repo, tmp_path):
         (case, t) for t in (64, 128, 192) for case in ("credit", "train")
     ]
     assert all(r["status"] == "ok" and int(r["peak_bytes"]) > 0 for r in rows)
+    # each row carries the planner's estimate of the same case (judged on a GPU: gpu_check.py)
+    for r in rows:
+        assert float(r["ratio"]) == round(int(r["peak_bytes"]) / int(r["estimate_bytes"]), 3)
     train = [r for r in rows if r["case"] == "train"]
     assert [int(r["tokens"]) for r in train] == [8 * (32 + t) for t in (64, 128, 192)]
     credit = [r for r in rows if r["case"] == "credit"]
@@ -454,12 +457,19 @@ def test_rule_phases_shard_by_hand_and_name_the_key():
     phases = rule_phases(config, "rredcot", gpu)
     assert phases["weights"] == 2 * n // 8 + 2 * n // 36  # shards, and the layer gathered
     assert phases["gradients"] == 2 * n // 8 and phases["optimizer"] == 12 * n // 8
-    assert phases["vllm"] == int(0.3 * gpu) and phases["credit"] > 0
+    # vLLM's share is of the card's real memory: an "80 GB" card has 80 GiB
+    assert phases["vllm"] == int(0.3 * 80 * 2**30) and phases["credit"] > 0
+    # the method's pass gathers every ZeRO-3 weight on every GPU
+    assert phases["gathered"] == 2 * n
     assert rule_phases(config, "grpo", gpu)["credit"] == 0
     fixed = sum(phases[k] for k in ("weights", "gradients", "optimizer", "vllm"))
-    assert phases["peak"] == fixed + max(phases["training"], phases["credit"])
+    assert phases["peak"] == fixed + max(phases["training"], phases["gathered"] + phases["credit"])
     assert advice(phases, gpu) is None
-    assert "training.per_device_batch_size" in advice(phases, fixed)
+    # at 512 tokens a row the method's pass (gathered weights + credit) is the larger phase
+    assert "estimator.rredcot.max_resident_tokens" in advice(phases, fixed)
+    assert "training.vllm_gpu_memory_utilization" in advice(rule_phases(config, "grpo", gpu), fixed)
+    longer = {**config, "training": {**config["training"], "max_completion_length": 16384}}
+    assert "training.per_device_batch_size" in advice(rule_phases(longer, "grpo", gpu), fixed)
     unknown = {**config, "model": {"name_or_path": "someone/else"}}
     assert rule_phases(unknown, "grpo", gpu) is None
     tiny = memory_plan.shape_of({"model": {"name_or_path": None, "arch": ARCH}})

@@ -5,6 +5,8 @@ peaks is tests/unit/test_memory.py and scripts/check_memory_plan.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +141,51 @@ def test_the_fused_head_and_padding_free_terms_by_hand():
     assert free["layer"] == 2 * shape.layer_activation_bytes(10)  # one row at a time
     unchecked = memory_plan.training_phases(shape, 2, 10, 6, checkpointing=False)
     assert unchecked["layer"] == 2 * padded["layer"]
+
+
+def _one_gpu_config(**training: Any) -> dict[str, Any]:
+    return {
+        "model": {"name_or_path": "Qwen/Qwen2.5-0.5B-Instruct", "dtype": "bfloat16"},
+        "training": {
+            "num_processes": 1,
+            "use_vllm": False,
+            "per_device_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "max_completion_length": 1024,
+            "gradient_checkpointing": True,
+            **training,
+        },
+        "estimator": {"rredcot": {}},
+        "segmentation": {"num_segments": 4},
+    }
+
+
+def test_training_without_deepspeed_counts_float32_master_weights():
+    """rredcot.training.precision trains a bf16 model in float32 without DeepSpeed: 4-byte
+    weights and gradients, AdamW's two moments, a float32 residual stream under autocast."""
+    config = _one_gpu_config()
+    shape = memory_plan.shape_of(config)
+    n, gpu = shape.parameters, 80 * 10**9
+    phases = memory_plan.rule_phases(config, "grpo", gpu)
+    assert (phases["weights"], phases["gradients"], phases["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    assert phases["gathered"] == 0
+    bf16 = memory_plan.training_phases(shape, 1, 512 + 1024, 1024)
+    assert phases["training"] > sum(bf16.values())  # the kept layer inputs are float32
+    lora = memory_plan.rule_phases(_one_gpu_config(lora={"r": 8}), "grpo", gpu)
+    assert lora["weights"] == 2 * n  # peft's float32 adapters on the bf16 base
+    zero2 = {**config, "training": {**config["training"], "accelerate": "zero2"}}
+    ds = memory_plan.rule_phases(zero2, "grpo", gpu)
+    assert (ds["weights"], ds["gradients"], ds["optimizer"]) == (2 * n, 2 * n, 12 * n)
+
+
+def test_the_plan_states_its_kernel_assumption_and_the_real_memory():
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "memory_plan.py"), "--configfile", str(PAPER)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    assert "memory-efficient kernel" in run.stdout and memory_plan.SDPA_ASSUMPTION in run.stdout
+    assert "85.9 GB real memory" in run.stdout
+    assert memory_plan.device_bytes(80 * 10**9) == 80 * 2**30

@@ -26,6 +26,7 @@ from rredcot.data.misconceptions import Misconception
 from rredcot.data.synthetic import Program, choice_points, slipped_solution
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.tasks.base import Task
+from rredcot.trl_support import checkpointing_argument
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,8 @@ def sft_config(settings: SFTSettings, output_dir: str | Path) -> SFTConfig:
         logging_first_step=True,
         completion_only_loss=True,
         packing=False,
-        activation_checkpointing=False,  # TRL defaults to on; it costs time and saves nothing here
+        # TRL defaults to on; it costs time and saves nothing here
+        **checkpointing_argument(False),
         use_cpu=True,
         bf16=False,
         fp16=False,

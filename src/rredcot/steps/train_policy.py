@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,12 @@ from rredcot.training.run_dir import job_record
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.stopping import RETRY_EXIT_CODE, TrainingInterrupted
 from rredcot.training.trl_config import check_device
+
+CUDA_ALLOC_CONF = "expandable_segments:True"
+"""PyTorch's allocator setting for GPU training: segments grow in place instead of new blocks
+being cut, so the variable-length micro-batches and credit chunks of a long run do not strand
+reserved-but-unallocated memory (PyTorch's own advice on such an out-of-memory error). Not for
+vLLM's sleep mode (`vllm_enable_sleep_mode`, off here), whose memory pool refuses it."""
 
 INPUTS: tuple[str, ...] = ("model", "train", "curve_problems")
 """Path arguments the run record holds by content (`fingerprint`)."""
@@ -89,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def set_cuda_allocator(settings: TrainingSettings, environ: MutableMapping[str, str]) -> None:
+    """Set `PYTORCH_CUDA_ALLOC_CONF` to `CUDA_ALLOC_CONF` for a GPU run (training.device not
+    cpu) unless the job's environment sets it; before CUDA starts (the allocator reads it then)."""
+    if settings.device != "cpu":
+        environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)
+
+
 def record_blocks(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str | None]]:
     """The (arguments, inputs) blocks of this job's run record."""
     return job_record(vars(args), INPUTS, NOT_IDENTITY)
@@ -98,6 +113,7 @@ def main() -> None:
     args = build_parser().parse_args()
     setup(args.threads)
     settings = TrainingSettings.from_dict(args.params)
+    set_cuda_allocator(settings, os.environ)
     check_device(settings)  # before a model of minutes to load
     options = RunOptions(**args.runtime)
     options.environment()  # offline trackers: before they start

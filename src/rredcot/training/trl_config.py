@@ -17,6 +17,7 @@ from rredcot.method_registry import method_spec
 from rredcot.training.methods import METHODS
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training_rules import device_error, process_layout
+from rredcot.trl_support import checkpointing_argument
 from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
 
@@ -119,7 +120,7 @@ def grpo_config(
         bf16=settings.bf16,
         fp16=False,
         # TRL defaults to on; off it costs no time and the tiny model needs no memory saving
-        activation_checkpointing=settings.gradient_checkpointing,
+        **checkpointing_argument(settings.gradient_checkpointing),
         use_vllm=settings.use_vllm,
         vllm_mode=settings.vllm_mode,
         vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,

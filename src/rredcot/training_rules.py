@@ -206,6 +206,7 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
     "ddp_timeout",
     "report_to",
     "report_offline",
+    "allow_cpu",
     # when checkpoints are written (the step's own argument): not what the run computes
     "save_minutes",
 )

@@ -98,7 +98,7 @@ SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method o
     *("methods", "seeds", "extra_seeds", "per_method", "variants", "curve", "mc"),
     *("num_processes", "device", "bf16", "keep_stale_checkpoints", "save_minutes"),
     # how the launch waits and reports, not what a run computes
-    *("ddp_timeout", "report_to", "report_offline"),
+    *("ddp_timeout", "report_to", "report_offline", "allow_cpu"),
 }  # `accelerate` may differ per method: it picks the launcher of that method's runs
 METHOD_ONLY_KEYS = {
     "credit": {"rredcot", "mc", "oppo", "oracle_step", "oracle_rule"},

@@ -118,6 +118,24 @@ def test_device_auto_without_cuda_is_refused_before_training(
     assert not (tmp_path / "run" / "final").exists()
 
 
+def test_allow_cpu_lets_the_cpu_rehearsal_train_a_gpu_config(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """training.allow_cpu (the rehearsal's): device auto without CUDA warns instead."""
+    import torch
+
+    from rredcot.training.trl_config import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    settings = TrainingSettings(device="auto")
+    with pytest.raises(ValueError, match="training.device"):
+        check_device(settings)
+    check_device(settings, allow_cpu=RunOptions(allow_cpu=True).allow_cpu)
+    assert "training.allow_cpu" in caplog.text
+    with pytest.raises(ValueError, match="training.allow_cpu: expected true or false"):
+        RunOptions(allow_cpu="yes")
+
+
 def _installed(name: str) -> bool:
     import importlib.util
 

@@ -59,7 +59,7 @@ rule train_policy:
         runtime=arg(
             {
                 k: config["training"][k]
-                for k in ("ddp_timeout", "report_to", "report_offline")
+                for k in ("ddp_timeout", "report_to", "report_offline", "allow_cpu")
             }
         ),
         keep_stale=(

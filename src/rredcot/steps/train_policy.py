@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=json.loads,
         default={},
         help="RunOptions as JSON (training.ddp_timeout, training.report_to, "
-        "training.report_offline)",
+        "training.report_offline, training.allow_cpu)",
     )
     p.add_argument(
         "--keep-stale-checkpoints",
@@ -114,8 +114,8 @@ def main() -> None:
     setup(args.threads)
     settings = TrainingSettings.from_dict(args.params)
     set_cuda_allocator(settings, os.environ)
-    check_device(settings)  # before a model of minutes to load
     options = RunOptions(**args.runtime)
+    check_device(settings, options.allow_cpu)  # before a model of minutes to load
     options.environment()  # offline trackers: before they start
     seed_everything(settings.seed)
     tokenizer = load_tokenizer(args.model)

@@ -254,7 +254,7 @@ def train_policy(
     docstring). Returns the summary. Under `accelerate launch` every process runs this; the
     main one alone removes, appends and writes files.
     """
-    check_device(settings)
+    check_device(settings, options is not None and options.allow_cpu)
     out = Path(out)
     from accelerate import PartialState
 

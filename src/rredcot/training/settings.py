@@ -289,7 +289,8 @@ class TrainingSettings:
 @dataclass(frozen=True)
 class RunOptions:
     """How a run is launched and watched, not what it computes (config keys
-    `training.ddp_timeout`, `training.report_to` and `training.report_offline`): left out of the
+    `training.ddp_timeout`, `training.report_to`, `training.report_offline` and
+    `training.allow_cpu`): left out of the
     run record, so a run resumes whatever they are."""
 
     ddp_timeout: int = 1800
@@ -300,14 +301,18 @@ class RunOptions:
     """Trackers write locally only (`environment`): wandb in offline mode (`wandb sync` later),
     trackio without a Space (`TRACKIO_SPACE_ID` dropped); tensorboard is always local. For
     compute nodes without internet access."""
+    allow_cpu: bool = False
+    """`training.device` auto may fall back to the CPU (`check_device`): the CPU rehearsal of a
+    GPU config; false: an error instead of a silent CPU run."""
 
     def __post_init__(self) -> None:
         _positive_int("ddp_timeout", self.ddp_timeout)
         object.__setattr__(self, "report_to", tuple(self.report_to))
-        if not isinstance(self.report_offline, bool):
-            raise ValueError(
-                f"training.report_offline: expected true or false, got {self.report_offline!r}"
-            )
+        for name in ("report_offline", "allow_cpu"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"training.{name}: expected true or false, got {getattr(self, name)!r}"
+                )
         error = tracker_error(self.report_to)
         if error is not None:
             raise ValueError(error)

@@ -7,6 +7,7 @@ hang, split groups or overflow a GPU are refused before the trainer starts (`che
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training_rules import device_error, process_layout
 from rredcot.trl_support import checkpointing_argument
 from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
+
+log = logging.getLogger(__name__)
 
 
 def launched_processes(device: str = "cpu") -> int:
@@ -156,14 +159,17 @@ def grpo_config(
     return config
 
 
-def check_device(settings: TrainingSettings) -> None:
+def check_device(settings: TrainingSettings, allow_cpu: bool = False) -> None:
     """Refuse `training.device` auto where torch sees no CUDA device (`device_error`): a GPU
     config would otherwise train on the CPU without a word. Checked in the job, before the
-    model loads: the machine that parses the config (a login node) need not have a GPU."""
+    model loads: the machine that parses the config (a login node) need not have a GPU.
+    `allow_cpu` (`training.allow_cpu`, the CPU rehearsal): a warning instead."""
     import torch
 
     error = device_error(settings.device, torch.cuda.is_available())
-    if error is not None:
+    if error is not None and allow_cpu:
+        log.warning("training.allow_cpu: %s", error.split(";")[0])
+    elif error is not None:
         raise ValueError(error)
 
 

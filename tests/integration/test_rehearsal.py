@@ -48,6 +48,7 @@ CPU_KEYS = {
     "studies.truncation_budgets": "small budgets",
     "studies.sweep": "small sweep",
     "studies.bootstrap_resamples": "fewer resamples",
+    "training.allow_cpu": "device auto trains on this CPU (a warning, not the GPU config's error)",
     "training.seeds": "one seed",
     "training.max_steps": "two steps",
     "training.prompts_per_step": "small batch",

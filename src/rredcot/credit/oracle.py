@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from rredcot.data.checker import LINE_TRAILING, STEP_LINE
-from rredcot.data.misconceptions import Misconception
+from rredcot.data.misconceptions import Misconception, rule_steps
 from rredcot.data.programs import Program
 
 LINE_KINDS: tuple[str, ...] = ("rule", "step", "answer")
@@ -98,13 +98,8 @@ def checker_values(
 def step_kinds(program: Program, misconception: Misconception) -> dict[str, str]:
     """`rule` for each step of `program` whose right operands make the misconception change
     its value, `step` for the others, by step name."""
-    values = program.values()
-    return {
-        s.name: "rule"
-        if misconception.value(s.op, values[s.left], values[s.right], program.modulus) is not None
-        else "step"
-        for s in program.steps
-    }
+    rule = rule_steps(program, misconception)
+    return {s.name: "rule" if s.name in rule else "step" for s in program.steps}
 
 
 def written_kinds(text: str, kinds: Mapping[str, str], checked_lines: int) -> list[str]:

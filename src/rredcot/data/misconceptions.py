@@ -97,13 +97,19 @@ class Misconception:
         return misconceived_value(self.rule, op, x, y, modulus)
 
 
+def rule_steps(program: Program, misconception: Misconception) -> set[str]:
+    """The steps of `program`'s right solution whose value the rule changes, by name."""
+    values = program.values()
+    return {
+        s.name
+        for s in program.steps
+        if misconception.value(s.op, values[s.left], values[s.right], program.modulus) is not None
+    }
+
+
 def rule_applies(program: Program, misconception: Misconception) -> bool:
     """Does the right solution of `program` have a step where the rule changes the value?"""
-    values = program.values()
-    return any(
-        misconception.value(s.op, values[s.left], values[s.right], program.modulus) is not None
-        for s in program.steps
-    )
+    return bool(rule_steps(program, misconception))
 
 
 def rule_share_selection(applies: Sequence[bool], share: float) -> list[int]:

@@ -33,10 +33,8 @@ import polars as pl
 
 from rredcot.evaluation.paired import paired_comparison
 from rredcot.reporting.curves import RunScores, method_comparison, problem_grid
-from rredcot.reporting.figures import save_figure, says_no_rows
+from rredcot.reporting.figures import ci_error_bars, save_figure, says_no_rows
 
-ERROR_KINDS: tuple[str, ...] = ("systematic", "random")
-"""First-error kinds of a wrong response (`rredcot.data.error_kinds`; random: any other)."""
 PRIMARY = "auc"
 ALL = "all"
 STRATA: tuple[str, ...] = ("rule", "no_rule")
@@ -221,9 +219,8 @@ def plot_attribution(table: pl.DataFrame, path: str | Path) -> Path:
     for ax, (method, against) in zip(axes[0], pairs, strict=True):
         part = table.filter((pl.col("method") == method) & (pl.col("against") == against))
         y = np.arange(part.height)
-        d = part["difference"].to_numpy()
-        err = np.vstack([d - part["ci95_low"].to_numpy(), part["ci95_high"].to_numpy() - d])
-        ax.errorbar(d, y, xerr=err, fmt="o", capsize=3)
+        xerr = ci_error_bars(part, "difference", "ci95_low", "ci95_high")
+        ax.errorbar(part["difference"].to_numpy(), y, xerr=xerr, fmt="o", capsize=3)
         ax.axvline(0.0, color="grey", lw=0.8)
         ax.set_yticks(y, part["measure"].to_list())
         ax.invert_yaxis()

@@ -93,7 +93,7 @@ def says_no_rows(title: str) -> Callable[[Callable[..., Path]], Callable[..., Pa
     return decorate
 
 
-def _err(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
+def ci_error_bars(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
     """(2, n) asymmetric error bars from CI columns (NaN-safe)."""
     m = rows[mean].to_numpy()
     return np.nan_to_num(np.vstack([m - rows[low].to_numpy(), rows[high].to_numpy() - m]))
@@ -129,7 +129,7 @@ def estimator_agreement_figure(
                 ax.errorbar(
                     mc[cost].to_numpy(),
                     mc["rho"].to_numpy(),
-                    yerr=_err(mc, "rho", "ci95_low", "ci95_high"),
+                    yerr=ci_error_bars(mc, "rho", "ci95_low", "ci95_high"),
                     color=FAMILY_COLORS["mc"],
                     marker="o",
                     capsize=3,
@@ -262,7 +262,7 @@ def segmentation_sweep_figure(table: pl.DataFrame, path: str | Path, *, estimato
         left.errorbar(
             k + dodge,
             rows["credits_tau_b"].to_numpy(),
-            yerr=_err(rows, "credits_tau_b", "credits_ci95_low", "credits_ci95_high"),
+            yerr=ci_error_bars(rows, "credits_tau_b", "credits_ci95_low", "credits_ci95_high"),
             marker="o",
             capsize=3,
             color=palette[s],
@@ -341,7 +341,7 @@ def mc_truncation_figure(table: pl.DataFrame, path: str | Path) -> Path:
         right.errorbar(
             rows["budget"].to_numpy(),
             rows["mean_value_shift"].to_numpy(),
-            yerr=_err(rows, "mean_value_shift", "ci95_low", "ci95_high"),
+            yerr=ci_error_bars(rows, "mean_value_shift", "ci95_low", "ci95_high"),
             marker="o",
             capsize=3,
             color=colors.get(mode, "gray"),
@@ -386,7 +386,7 @@ def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
             rows["within_one"].to_numpy(),
             height=0.4,
             color="#a1c9f4",
-            xerr=_err(rows, "within_one", "within_one_ci95_low", "within_one_ci95_high"),
+            xerr=ci_error_bars(rows, "within_one", "within_one_ci95_low", "within_one_ci95_high"),
             capsize=2,
             label="within one segment",
         )
@@ -395,7 +395,7 @@ def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
             rows["top1"].to_numpy(),
             height=0.4,
             color="#1f4e79",
-            xerr=_err(rows, "top1", "top1_ci95_low", "top1_ci95_high"),
+            xerr=ci_error_bars(rows, "top1", "top1_ci95_low", "top1_ci95_high"),
             capsize=2,
             label="top-1 (exact segment)",
         )

@@ -8,7 +8,8 @@ import logging
 import os
 import random
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,3 +65,19 @@ def require(params: dict[str, Any], *keys: str) -> list[Any]:
     if missing:
         raise ValueError(f"--params lacks key(s) {missing}; got {sorted(params)}")
     return [params[k] for k in keys]
+
+
+def add_per_run_files(p: argparse.ArgumentParser, names: Sequence[str], what: str) -> None:
+    """One `--<name>` option per name, each taking one file per `what` (run, policy), in order."""
+    for name in names:
+        flag = f"--{name.replace('_', '-')}"
+        p.add_argument(flag, required=True, nargs="+", type=Path, help=f"one per {what}, in order")
+
+
+def per_run_files(args: argparse.Namespace, names: Sequence[str], what: str) -> list[list[Path]]:
+    """The files of each `add_per_run_files` option; an error unless each has one per `what`."""
+    files = [getattr(args, name) for name in names]
+    if len({len(f) for f in files}) != 1:
+        counts = [len(f) for f in files]
+        raise ValueError(f"one file per {what} for each of {tuple(names)}; got {counts}")
+    return files

@@ -12,16 +12,14 @@ from rredcot.data.schema import read_json, read_parquet, read_table
 from rredcot.evaluation.regime import labelled_responses, programs_of
 from rredcot.reporting.credit_attribution import attribution_table, plot_attribution
 from rredcot.reporting.curves import read_run
-from rredcot.steps.cli import log, parser, require, setup
+from rredcot.steps.cli import add_per_run_files, log, parser, per_run_files, require, setup
 
 PER_RUN = ("summaries", "grades", "t1_generations", "greedy_grades", "greedy_generations")
 
 
 def main() -> None:
     p = parser(__doc__)
-    for name in PER_RUN:
-        flag = f"--{name.replace('_', '-')}"
-        p.add_argument(flag, required=True, nargs="+", type=Path, help="one per run, in order")
+    add_per_run_files(p, PER_RUN, "run")
     p.add_argument("--base", required=True, type=Path, help="the base policy's grades on the split")
     p.add_argument("--problems", required=True, type=Path, help="the split (column `program`)")
     p.add_argument("--out", required=True, type=Path)
@@ -32,9 +30,7 @@ def main() -> None:
         args.params, "pairs", "budget_pairs", "reference", "misconception",
         "bootstrap_resamples", "seed",
     )  # fmt: skip
-    files = [getattr(args, name) for name in PER_RUN]
-    if len({len(f) for f in files}) != 1:
-        raise ValueError(f"one file per run for each of {PER_RUN}; got {[len(f) for f in files]}")
+    files = per_run_files(args, PER_RUN, "run")
     programs = programs_of(read_parquet(args.problems))
     misconception = None if block is None else Misconception(**block)
     runs, t1, greedy = [], [], []

@@ -59,18 +59,22 @@ from rredcot.training.trainer import CreditGRPOTrainer  # noqa: E402
 log = logging.getLogger(__name__)
 
 CREDITS: tuple[str, ...] = tuple(n for n, s in METHOD_SPECS.items() if not s.analysis_only)
-"""Credit methods a TRL script may choose (the registry's, less the synthetic world's oracles)."""
+"""Credit methods for any dataset (the registry's, less the synthetic world's oracles)."""
+WORLD_CREDITS: tuple[str, ...] = tuple(n for n, s in METHOD_SPECS.items() if s.analysis_only)
+"""The synthetic world's oracles: they read each row's `program` (the workflow's analysis runs)."""
+REFERENCES: tuple[str, ...] = ("configured", "own_path")
 MISSING_REFERENCE: tuple[str, ...] = ("error", "grpo")
 ROWS_WITHOUT_REFERENCE = "credit/rows_without_reference"
 
-ESTIMATORS: dict[str, tuple[type, ...]] = {
-    "rredcot": (EstimatorConfig,),
-    "mc": (MCConfig,),
-    "oppo": (OPPOConfig,),
-    "rrpo": (ResetConfig,),
-    "srpo": (ResetConfig,),
+ESTIMATORS: dict[str, tuple[type, str]] = {
+    "rredcot": (EstimatorConfig, "rredcot"),
+    "mc": (MCConfig, "mc"),
+    "oppo": (OPPOConfig, "oppo"),
+    "rrpo": (ResetConfig, "resets"),
+    "srpo": (ResetConfig, "resets"),
 }
-"""The settings class(es) of each credit's `estimator` block (none: the block must be empty)."""
+"""Each credit's `estimator` block: its settings class and `MethodSettings` attribute (a credit
+not listed has none, and its block must be empty)."""
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "segmentation": {"strategy": "hybrid", "num_segments": 8, "discourse_markers": True},
     "rredcot": {"answer_now": "joint"},
@@ -148,6 +152,7 @@ class RREDCoTConfig(GRPOConfig):
         "segmentation",
         "estimator",
         "transform",
+        "misconception",
     ]
 
     credit: str = field(
@@ -155,8 +160,9 @@ class RREDCoTConfig(GRPOConfig):
         metadata={
             "help": "How the outcome reward is shared over each response's tokens: "
             + "; ".join(f"`{n}`: {METHOD_SPECS[n].summary}" for n in CREDITS)
-            + ". `grpo` gives exactly GRPOTrainer's loss.",
-            "choices": list(CREDITS),
+            + ". `grpo` gives exactly GRPOTrainer's loss. The synthetic world's oracles "
+            f"{list(WORLD_CREDITS)} read each row's `program` (analysis runs of the workflow).",
+            "choices": [*CREDITS, *WORLD_CREDITS],
         },
     )
     segmentation: dict[str, Any] | str | None = field(
@@ -204,6 +210,29 @@ class RREDCoTConfig(GRPOConfig):
             "takes the task's answer extracted from its reference (math: the last \\boxed{})."
         },
     )
+    reference: str = field(
+        default="configured",
+        metadata={
+            "help": "RREDCoT's reference path: `configured` (each row's, from reference_column) "
+            "or `own_path` (the synthetic world's key written along each response's own path; "
+            "rows need `program`).",
+            "choices": list(REFERENCES),
+        },
+    )
+    misconception: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "The synthetic world's misconception {rule, rate}, read by oracle_rule "
+            "(None: none)."
+        },
+    )
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Compute the loss's log-probs with the rows packed into one sequence (no "
+            "padding, no (rows, 1, L, L) mask; rredcot.training.padding_free)."
+        },
+    )
     missing_reference: str = field(
         default="error",
         metadata={
@@ -216,8 +245,10 @@ class RREDCoTConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # JSON strings of the dict fields become dicts
-        if self.credit not in CREDITS:
+        if self.credit not in METHOD_SPECS:
             raise ValueError(f"credit: {self.credit!r} is not one of {list(CREDITS)}")
+        if self.reference not in REFERENCES:
+            raise ValueError(f"reference: {self.reference!r} is not one of {list(REFERENCES)}")
         if self.missing_reference not in MISSING_REFERENCE:
             raise ValueError(
                 f"missing_reference: {self.missing_reference!r} is not one of "
@@ -227,7 +258,7 @@ class RREDCoTConfig(GRPOConfig):
 
     def method_settings(self) -> MethodSettings:
         """The credit method's settings from the config's blocks (each key checked)."""
-        for name in ("segmentation", "estimator", "transform"):
+        for name in ("segmentation", "estimator", "transform", "misconception"):
             block = getattr(self, name)
             if block is not None and not isinstance(block, Mapping):
                 raise ValueError(f"{name}: expected a dict or a JSON object, got {block!r}")
@@ -237,20 +268,17 @@ class RREDCoTConfig(GRPOConfig):
         blocks: dict[str, Any] = {
             "segmentation": SegmentationConfig.from_dict(segmentation),
             "credit": CreditConfig.from_dict(transform),
+            "reference": self.reference,
+            "misconception": dict(self.misconception) if self.misconception else None,
         }
         if self.credit == "mc" and MC_BATCH_SIZE in estimator:
             blocks["mc_batch_size"] = estimator.pop(MC_BATCH_SIZE)
-        kinds = ESTIMATORS.get(self.credit, ())
-        if not kinds and estimator:
-            raise ValueError(f"estimator: credit {self.credit!r} has no estimator settings")
-        for kind in kinds:
-            key = {
-                EstimatorConfig: "rredcot",
-                MCConfig: "mc",
-                OPPOConfig: "oppo",
-                ResetConfig: "resets",
-            }[kind]
-            blocks[key] = kind.from_dict({**PAPER_DEFAULTS.get(key, {}), **estimator})
+        if self.credit not in ESTIMATORS:
+            if estimator:
+                raise ValueError(f"estimator: credit {self.credit!r} has no estimator settings")
+            return MethodSettings(**blocks)
+        kind, key = ESTIMATORS[self.credit]
+        blocks[key] = kind.from_dict({**PAPER_DEFAULTS.get(key, {}), **estimator})
         return MethodSettings(**blocks)
 
 
@@ -373,6 +401,7 @@ class RREDCoTTrainer(CreditGRPOTrainer):
             tools=tools,
             rollout_func=rollout_func,
             environment_factory=environment_factory,
+            padding_free=args.padding_free,
         )
 
     def _check_rows(self, dataset: Any, args: RREDCoTConfig) -> int:

@@ -28,9 +28,9 @@ def test_grpo_config_builds_where_transformers_lacks_activation_checkpointing(mo
     """transformers 5.17's TrainingArguments has no `activation_checkpointing`: passing it
     raised TypeError before any GPU work."""
     built = {}
-    real = trl_config.GRPOConfig
+    real = trl_config.RREDCoTConfig
 
-    def grpo_config_517(**kwargs):  # a GRPOConfig over transformers 5.17
+    def grpo_config_517(**kwargs):  # the public GRPOConfig over transformers 5.17
         if "activation_checkpointing" in kwargs:
             raise TypeError("__init__() got an unexpected keyword 'activation_checkpointing'")
         built.update(kwargs)
@@ -38,7 +38,7 @@ def test_grpo_config_builds_where_transformers_lacks_activation_checkpointing(mo
 
     names = trl_support.training_argument_names() - {"activation_checkpointing"}
     monkeypatch.setattr(trl_support, "training_argument_names", lambda: names)
-    monkeypatch.setattr(trl_config, "GRPOConfig", grpo_config_517)
+    monkeypatch.setattr(trl_config, "RREDCoTConfig", grpo_config_517)
     settings = TrainingSettings.from_dict(
         {"method": "grpo", "seed": 0, "device": "cpu", "gradient_checkpointing": True}
     )

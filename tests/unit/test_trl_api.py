@@ -3,6 +3,7 @@ and reward functions, GRPO parity, rows without a reference, the TRL version che
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -20,8 +21,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 import rredcot.trl_support
 from rredcot import RREDCoTConfig, RREDCoTTrainer
+from rredcot.method_registry import METHOD_SPECS
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_chat_tokenizer
+from rredcot.trl import ESTIMATORS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -138,16 +141,57 @@ def test_rows_without_a_reference_are_refused_or_get_grpo_credit_when_asked(tmp_
     torch.testing.assert_close(out["advantages"][n:], grpo[:, None] * mask[n:], atol=1e-6, rtol=0)
 
 
-def test_config_refuses_oracles_and_unknown_keys_and_reads_json_blocks(tmp_path):
+def test_config_refuses_unknown_credits_and_keys_and_reads_json_blocks(tmp_path):
     out = str(tmp_path)
-    with pytest.raises(ValueError, match="'oracle_step' is not one of"):
-        RREDCoTConfig(output_dir=out, credit="oracle_step", **COMMON)
+    with pytest.raises(ValueError, match="'bogus' is not one of"):
+        RREDCoTConfig(output_dir=out, credit="bogus", **COMMON)
+    with pytest.raises(ValueError, match="reference: 'mine' is not one of"):
+        RREDCoTConfig(output_dir=out, reference="mine", **COMMON)
     with pytest.raises(ValueError, match=r"unknown estimator.rredcot key\(s\) \['bogus'\]"):
         RREDCoTConfig(output_dir=out, estimator={"bogus": 1}, **COMMON)
     config = RREDCoTConfig(output_dir=out, segmentation='{"strategy": "keyword"}', **COMMON)
     assert config.method_settings().segmentation.strategy == "keyword"
     config = RREDCoTConfig(output_dir=out, credit="mc", estimator={"batch_size": 8}, **COMMON)
     assert config.method_settings().mc_batch_size == 8
+
+
+@pytest.mark.parametrize("method", sorted(METHOD_SPECS))
+def test_the_workflows_run_settings_reach_its_methods_through_the_public_config(tmp_path, method):
+    """The workflow trains through RREDCoTConfig: every block of a run's settings (none left to
+    the public config's defaults) comes back from `method_settings` as the run set it."""
+    from rredcot.training.settings import TrainingSettings
+    from rredcot.training.trl_config import grpo_config
+
+    settings = TrainingSettings.from_dict(
+        {
+            "method": method,
+            "seed": 0,
+            "device": "cpu",
+            "padding_free": True,
+            **({"loss_type": "grpo"} if method in ("rrpo", "srpo") else {}),
+            "reference": "own_path" if method == "rredcot" else "configured",
+            "segmentation": {"strategy": "keyword", "num_segments": 3},
+            "credit": {"mode": "immediate", "beta": 0.5, "placebo": "perm"},
+            "rredcot": {"w_v": 0.5, "answer_now": "joint"},
+            "mc": {"n_rollouts": 3},
+            "mc_batch_size": 5,
+            "oppo": {"level": "segment", "prior": "half"},
+            "misconception": {"rule": "smaller_from_larger", "rate": 0.8},
+        }
+    )
+    config = grpo_config(settings, tmp_path, num_processes=1)
+    got = config.method_settings()
+    assert config.credit == method and config.padding_free
+    for block in ("segmentation", "credit", "reference", "misconception"):
+        want = getattr(settings, block)
+        want = dataclasses.asdict(want) if dataclasses.is_dataclass(want) else want
+        have = getattr(got, block)
+        assert (dataclasses.asdict(have) if dataclasses.is_dataclass(have) else have) == want
+    if method in ESTIMATORS:
+        key = ESTIMATORS[method][1]
+        assert getattr(got, key) == getattr(settings, key)
+    if method == "mc":
+        assert got.mc_batch_size == 5
 
 
 def test_the_defaults_are_the_workflows_for_math_reasoning_traces():

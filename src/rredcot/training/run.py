@@ -52,7 +52,6 @@ from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.lora import exact_unmerge, save_final
-from rredcot.training.methods import Method, build_method
 from rredcot.training.metrics import MetricsCSV
 from rredcot.training.precision import UpdateCheck, check_master_weights
 from rredcot.training.run_dir import (
@@ -67,6 +66,7 @@ from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.stopping import CheckpointGuard, TrainingInterrupted
 from rredcot.training.trainer import CreditGRPOTrainer, correctness_reward
 from rredcot.training.trl_config import check_device, check_vllm_memory, grpo_config
+from rredcot.trl import RREDCoTTrainer
 
 log = logging.getLogger(__name__)
 
@@ -170,27 +170,20 @@ def build_trainer(
     train: Dataset,
     settings: TrainingSettings,
     out: str | Path,
-    method: Method | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     options: RunOptions | None = None,
-) -> CreditGRPOTrainer:
-    """The trainer for `settings` (method built from them unless given), launched and
-    reporting as `options` say. Trainable weights below float32 without DeepSpeed are refused
-    (`check_master_weights`), and a first update that moves none stops the run (`UpdateCheck`)."""
-    task = get_task(settings.task)
-    eos = model.generation_config.eos_token_id
-    eos_ids = [eos] if isinstance(eos, int) else list(eos or [tokenizer.eos_token_id])
-    if method is None:
-        method = build_method(settings.method, task, tokenizer, eos_ids, settings)
-    trainer = CreditGRPOTrainer(
+) -> RREDCoTTrainer:
+    """The trainer for `settings`: the public `RREDCoTTrainer` with the run's `RREDCoTConfig`
+    (`grpo_config`), launched and reporting as `options` say. Trainable weights below float32
+    without DeepSpeed are refused (`check_master_weights`), and a first update that moves none
+    stops the run (`UpdateCheck`)."""
+    trainer = RREDCoTTrainer(
         model=model,
-        reward_funcs=[correctness_reward(task)],
+        reward_funcs=[correctness_reward(get_task(settings.task))],
         args=grpo_config(settings, out, options=options),  # checks the layout against this launch
         train_dataset=train,
         processing_class=tokenizer,
         callbacks=[*callbacks, UpdateCheck()],
-        method=method,
-        padding_free=settings.padding_free,
         peft_config=settings.lora.peft_config() if settings.lora is not None else None,
     )
     check_master_weights(trainer.model, trainer.is_deepspeed_enabled)

@@ -1,4 +1,6 @@
-"""The TRL configuration of a run on this launch: `TrainingSettings` → `GRPOConfig`.
+"""The TRL configuration of a run on this launch: `TrainingSettings` → `RREDCoTConfig`, the
+public `GRPOConfig` a TRL script builds (`rredcot.trl`), so the workflow trains through the same
+config and trainer as a user's script (`credit_arguments`: the run's credit settings as its fields).
 
 The batch is laid out over the launch's processes (`batch_layout`), and launches that would
 hang, split groups or overflow a GPU are refused before the trainer starts (`check_collectives`,
@@ -10,14 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from transformers import PreTrainedModel
-from trl import GRPOConfig
 
 from rredcot.method_registry import method_spec
 from rredcot.training.methods import METHODS
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training_rules import device_error, process_layout
+from rredcot.trl import ESTIMATORS, MC_BATCH_SIZE, RREDCoTConfig
 from rredcot.trl_support import checkpointing_argument
 from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
@@ -72,12 +75,36 @@ def run_name(settings: TrainingSettings) -> str:
     return f"{settings.method}-seed{settings.seed}"
 
 
+def credit_arguments(settings: TrainingSettings) -> dict[str, Any]:
+    """`RREDCoTConfig`'s credit fields for the run's settings, every block whole (so no default
+    of the public config's stands in for the run's) and the rows as `training_rows` writes them:
+    the reference text in `reference`, y* in `answer`."""
+    estimator = {}
+    if settings.method in ESTIMATORS:
+        estimator = asdict(getattr(settings, ESTIMATORS[settings.method][1]))
+        if settings.method == "mc":
+            estimator[MC_BATCH_SIZE] = settings.mc_batch_size
+    misconception = settings.misconception
+    return {
+        "credit": settings.method,
+        "segmentation": asdict(settings.segmentation),
+        "estimator": estimator,
+        "transform": asdict(settings.credit),
+        "task": settings.task,
+        "reference_column": "reference",
+        "answer_column": "answer",
+        "reference": settings.reference,
+        "misconception": asdict(misconception) if misconception is not None else None,
+        "padding_free": settings.padding_free,
+    }
+
+
 def grpo_config(
     settings: TrainingSettings,
     output_dir: str | Path,
     num_processes: int | None = None,
     options: RunOptions | None = None,
-) -> GRPOConfig:
+) -> RREDCoTConfig:
     """TRL's config: a generation's batch split into `updates_per_generation` optimizer steps
     (one by default), reporting as `options` say (none by default); CPU and HF generate by
     default, GPUs (`device` auto, under `accelerate launch` for several), bf16, activation
@@ -91,7 +118,8 @@ def grpo_config(
     per_device, accumulation = batch_layout(settings, num_processes)
     check_collectives(settings, num_processes)
     resets = method_spec(settings.method).resets
-    config = GRPOConfig(
+    config = RREDCoTConfig(
+        **credit_arguments(settings),
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
         per_device_train_batch_size=per_device,

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rredcot.method_registry import method_spec
+
 ENCODE_CHUNK = 256  # rredcot.scoring.encoding.ENCODE_CHUNK (kept equal by a test)
 CHUNK_ELEMENTS = 1 << 25  # rredcot.scoring.logprobs._MAX_CHUNK_ELEMENTS
 SHARED_ROW_TOKENS, SHARED_ROW_MAX = 256, 4096  # rredcot.scoring.layout
@@ -327,7 +329,7 @@ def run_phases(
     )
     phases["training"] = sum(train.values())
     phases["credit"] = 0
-    if values["method"].startswith("rredcot"):
+    if method_spec(values["method"]).scores_reference_states:
         rredcot = values.get("rredcot") or {}
         traces = int(per_device) * accumulation  # the local traces of one step
         credit = credit_phases(

@@ -81,6 +81,13 @@ class MethodSpec:
     reads_misconception: bool = False
     """Reads the world's misconception (the workflow sets `training.misconception` from
     `sft.misconception` for its runs): the rule-aware oracle."""
+    context_keys: tuple[str, ...] = ()
+    """Run settings (dotted paths, e.g. `mc.budget`) counting the tokens the method's own
+    sampling appends to a response prefix; the vLLM context adds the largest
+    (`vllm_memory.training_length`)."""
+    scores_reference_states: bool = False
+    """Scores every segment state against the reference's suffixes (RREDCoT): the memory planner
+    adds that scoring's peak (`memory_plan.credit_phases`) under the `rredcot` block."""
 
     def __post_init__(self) -> None:
         if ":" not in self.implementation:
@@ -105,6 +112,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             "rredcot.training.methods.rredcot:RREDCoTMethod",
             "RREDCoT σ_{i,k} per segment → token advantages",
             run_keys=(*_CREDIT_KEYS, "rredcot", "reference"),
+            scores_reference_states=True,
         ),
         MethodSpec(
             "mc",
@@ -112,6 +120,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             "VinePPO-style Monte Carlo σ_k = V̂(s_k) − V̂(s_{k−1})",
             run_keys=(*_CREDIT_KEYS, "mc_batch_size"),
             own_rollouts=True,
+            context_keys=("mc.budget",),
         ),
         MethodSpec(
             "oppo",
@@ -126,6 +135,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             run_keys=("resets",),
             resets=True,
             own_rollouts=True,
+            context_keys=("max_completion_length",),  # a suffix of L new tokens after the prefix
         ),
         MethodSpec(
             "srpo",
@@ -134,6 +144,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             run_keys=("resets",),
             resets=True,
             own_rollouts=True,
+            # the suffix, and the localization prompt reading the whole failed chain
+            context_keys=("max_completion_length", "resets.localization_max_new_tokens"),
         ),
         MethodSpec(
             "oracle_step",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rredcot.training_rules import RESET_METHODS
+from rredcot.method_registry import method_spec
 
 DTYPE_BYTES: Mapping[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 GB = 1e9
@@ -129,15 +129,13 @@ def training_length(values: Mapping[str, Any]) -> int:
     states."""
     if values.get("vllm_max_model_length") is not None:
         return int(values["vllm_max_model_length"])
-    length = values["max_completion_length"]
     extra = 0
-    if values["method"] in RESET_METHODS:
-        extra = max(extra, length)
-    if values["method"] == "srpo":
-        extra = max(extra, values["resets"]["localization_max_new_tokens"])
-    if values["method"] == "mc":
-        extra = max(extra, values["mc"]["budget"])
-    return values.get("max_prompt_tokens", PROMPT_TOKENS) + length + extra
+    for path in method_spec(values["method"]).context_keys:
+        value: Any = values
+        for key in path.split("."):
+            value = value[key]
+        extra = max(extra, int(value))
+    return values.get("max_prompt_tokens", PROMPT_TOKENS) + values["max_completion_length"] + extra
 
 
 def generation_length(config: Mapping[str, Any]) -> int:

@@ -184,10 +184,19 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
 
 def _extra_seed_errors(training: Mapping[str, Any]) -> list[str]:
     """`training.extra_seeds` names runs that exist, each once, repeats none of training.seeds,
-    and gives GRPO (every run's comparison partner in results/method_comparison.csv) every
-    seed any other run has."""
+    and gives the baseline (`training.baseline`, every run's comparison partner in
+    results/method_comparison.csv) every seed any other run has; the baseline is a method or
+    variant name."""
+    from rredcot.method_registry import METHOD_SPECS
+
     runs = [*training["methods"], *(v["name"] for v in training["variants"])]
+    baseline = training["baseline"]
+    names = [*METHOD_SPECS, *(v["name"] for v in training["variants"])]
     messages = [
+        f"config key 'training.baseline': {baseline!r} is not a method or variant; choose "
+        f"from {names}"
+    ] * (baseline not in names)
+    messages += [
         f"config key 'training.variants.{i}.budget_of': {v['budget_of']!r} is not a run; "
         f"choose from {runs}"
         for i, v in enumerate(training["variants"])
@@ -206,13 +215,13 @@ def _extra_seed_errors(training: Mapping[str, Any]) -> list[str]:
                 f"{key}[{i}].seeds: {sorted(shared & seeds)} are already in training.seeds"
             )
         extra[name] = extra.get(name, set()) | seeds
-    if "grpo" in training["methods"]:
+    if baseline in runs:
         for name, seeds in extra.items():
-            missing = sorted(seeds - extra.get("grpo", set()))
-            if name != "grpo" and missing:
+            missing = sorted(seeds - extra.get(baseline, set()))
+            if name != baseline and missing:
                 messages.append(
-                    f"{key}: {name} seeds {missing} have no grpo run to be compared with; "
-                    "add them to grpo's entry"
+                    f"{key}: {name} seeds {missing} have no {baseline} run (training.baseline) "
+                    f"to be compared with; add them to {baseline}'s entry"
                 )
     return messages
 

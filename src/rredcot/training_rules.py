@@ -195,6 +195,7 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
     "extra_seeds",
     "per_method",
     "variants",
+    "baseline",
     "mc",
     "curve",
     # how a run is launched (the launcher), not what it does

@@ -30,7 +30,7 @@ RRED = [
 
 def test_differences_are_paired_per_seed_and_problem_by_hand() -> None:
     table = benchmark_comparison(
-        "b", pl.concat([BASE, *GRPO, *RRED]), ["grpo", "rredcot"], n_resamples=200
+        "b", pl.concat([BASE, *GRPO, *RRED]), ["grpo", "rredcot"], "grpo", n_resamples=200
     )
     rows = {(r["method"], r["against"]): r for r in table.iter_rows(named=True)}
     assert set(rows) == {("grpo", "base"), ("rredcot", "base"), ("rredcot", "grpo")}
@@ -50,15 +50,19 @@ def test_differences_are_paired_per_seed_and_problem_by_hand() -> None:
 def test_a_problem_missing_for_one_run_is_an_error_not_dropped() -> None:
     short = grades("rredcot", 1, {"p1": [1, 1]})
     with pytest.raises(ValueError, match="missing \\(seed, problem\\) units \\[\\(1, 'p2'\\)\\]"):
-        benchmark_comparison("b", pl.concat([BASE, *GRPO, short, RRED[1]]), ["grpo", "rredcot"])
+        benchmark_comparison(
+            "b", pl.concat([BASE, *GRPO, short, RRED[1]]), ["grpo", "rredcot"], "grpo"
+        )
 
 
 def test_a_seed_without_a_grpo_run_is_an_error() -> None:
     extra = grades("rredcot", 3, {"p1": [1, 1], "p2": [1, 1]})
     with pytest.raises(ValueError, match="rredcot seeds \\[3\\] have no grpo run"):
-        benchmark_comparison("b", pl.concat([BASE, *GRPO, *RRED, extra]), ["grpo", "rredcot"])
+        benchmark_comparison(
+            "b", pl.concat([BASE, *GRPO, *RRED, extra]), ["grpo", "rredcot"], "grpo"
+        )
 
 
 def test_without_grpo_only_the_base_rows() -> None:
-    table = benchmark_comparison("b", pl.concat([BASE, *RRED]), ["rredcot"], n_resamples=50)
+    table = benchmark_comparison("b", pl.concat([BASE, *RRED]), ["rredcot"], "grpo", n_resamples=50)
     assert table.select("method", "against").rows() == [("rredcot", "base")]

@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 VALUES = {
     "machine": "CPU X",
     "commit": "abc123",
+    "baseline": "grpo",
     "jobs": "12",
     "wall_seconds": "100 s (2 min)",
     "cpu_seconds": "90 s (2 min)",
@@ -62,7 +63,7 @@ def test_every_fragment_states_this_runs_numbers_or_that_it_has_none():
     assert fragments["learning_curves"] == comparison
     assert "synth_ood, rredcot − grpo: +0.086" in fragments["benchmark_comparison"]
     assert (
-        "rredcot: 1.68× GRPO's seconds per step, 4.84× its forward tokens"
+        "rredcot: 1.68× grpo's seconds per step, 4.84× its forward tokens"
         in fragments["compute_cost"]
     )
     assert "base: greedy pass@1 0.445; luck at T = 1 0.024" in fragments["regime_table"]
@@ -101,7 +102,7 @@ def test_a_caption_includes_the_numbers_of_its_own_results_tree(tmp_path, prefix
         {"cost": f"{prefix}/compute_cost.csv"},
         tmp_path,
     )
-    assert "1.68× GRPO" in html and "Cost per optimizer step" in html
+    assert "1.68× grpo" in html and "Cost per optimizer step" in html
 
 
 def test_every_caption_with_numbers_includes_its_fragment_by_an_output_of_its_rule():

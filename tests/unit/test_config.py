@@ -95,7 +95,7 @@ def test_a_variant_needs_a_known_method(schema, default):
 # --- issue 12: every block closed, names and paths checked at load time --------------------
 
 SHARED_TRAINING_KEYS = {  # one value for every run of a config: no per-method override
-    *("methods", "seeds", "extra_seeds", "per_method", "variants", "curve", "mc"),
+    *("methods", "seeds", "extra_seeds", "per_method", "variants", "baseline", "curve", "mc"),
     *("num_processes", "device", "bf16", "keep_stale_checkpoints", "save_minutes"),
     # how the launch waits and reports, not what a run computes
     *("ddp_timeout", "report_to", "report_offline", "allow_cpu"),

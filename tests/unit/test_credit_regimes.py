@@ -61,7 +61,7 @@ def dose(level: float, table: pl.DataFrame, **kw) -> DoseResults:
 
 
 def test_each_dose_gives_the_area_then_the_final_row_per_method():
-    out = dose_rows(dose(0.8, full(0.03, 0.0)))
+    out = dose_rows(dose(0.8, full(0.03, 0.0)), "grpo")
     assert out["method"].to_list() == ["oracle_step"] * 2 + ["rredcot"] * 2
     assert out["measure"].to_list() == ["auc", "final", "auc", "final"]
     assert out["endpoint"].to_list() == ["primary", "secondary"] * 2
@@ -70,7 +70,10 @@ def test_each_dose_gives_the_area_then_the_final_row_per_method():
 
 def test_a_ci_above_zero_is_a_better_verdict_and_the_mde_comes_with_it():
     table = credit_regimes(
-        [dose(0.0, full(0.005, 0.0)), dose(0.8, full(0.03, 0.002))], "sft.misconception.rate", 0.02
+        [dose(0.0, full(0.005, 0.0)), dose(0.8, full(0.03, 0.002))],
+        "sft.misconception.rate",
+        0.02,
+        "grpo",
     )
     primary = table.filter(pl.col("endpoint") == "primary")
     oracle = primary.filter(pl.col("method") == "oracle_step").sort("dose")
@@ -93,7 +96,7 @@ def test_a_shorter_run_gives_its_area_over_its_own_steps():
             row("mc", "final_equal_steps", 0.01, 0.05), row("mc", "auc_equal_steps", 0.02, 0.03)
         ).head(2)
     )
-    out = dose_rows(dose(0.8, table)).filter(pl.col("method") == "mc")
+    out = dose_rows(dose(0.8, table), "grpo").filter(pl.col("method") == "mc")
     assert out["measure"].to_list() == ["auc_equal_steps", "final_equal_steps"]
     assert out["method_step"].to_list() == [30, 30]
 
@@ -101,12 +104,12 @@ def test_a_shorter_run_gives_its_area_over_its_own_steps():
 def test_a_method_without_its_area_row_is_named_with_the_file():
     table = comparison(row("rredcot", "final", 0.0, 0.03))
     with pytest.raises(ValueError, match=r"rate0.6/method_comparison.csv: rredcot - grpo has 0"):
-        dose_rows(dose(0.6, table))
+        dose_rows(dose(0.6, table), "grpo")
 
 
 def test_a_table_without_a_comparison_with_grpo_is_named():
     with pytest.raises(ValueError, match="rate0/method_comparison.csv: no method is compared"):
-        dose_rows(dose(0.0, comparison().filter(pl.col("against") == "base")))
+        dose_rows(dose(0.0, comparison().filter(pl.col("against") == "base")), "grpo")
 
 
 def test_a_missing_dose_fails_naming_the_file(tmp_path):
@@ -135,21 +138,21 @@ def test_the_bases_regime_figures_join_their_dose():
         dose(0.0, full(0.0, 0.0), regime=regime(1.0, 0.59), regime_source="r0"),
         dose(0.8, full(0.03, 0.0), regime=regime(0.51, 0.36), regime_source="r8"),
     ]
-    table = credit_regimes(doses, "sft.misconception.rate", 0.02)
+    table = credit_regimes(doses, "sft.misconception.rate", 0.02, "grpo")
     by_dose = table.group_by("dose").agg(pl.col("base_greedy_pass1").first()).sort("dose")
     assert by_dose["base_greedy_pass1"].to_list() == [1.0, 0.51]
     assert set(table["base_t1_systematic_share"].to_list()) == {0.5}
     # without regime tables the columns are left out; with some only, it is an error
-    plain = credit_regimes([dose(0.0, full(0.0, 0.0))], "k", 0.02)
+    plain = credit_regimes([dose(0.0, full(0.0, 0.0))], "k", 0.02, "grpo")
     assert "base_greedy_pass1" not in plain.columns
     with pytest.raises(ValueError, match="some have a regime table and some not"):
-        credit_regimes([doses[0], dose(0.6, full(0.0, 0.0))], "k", 0.02)
+        credit_regimes([doses[0], dose(0.6, full(0.0, 0.0))], "k", 0.02, "grpo")
 
 
 def test_a_regime_table_without_the_columns_is_named():
     bad = dose(0.0, full(0.0, 0.0), regime=regime(1.0, 0.6).drop("t1_pass1"), regime_source="r0")
     with pytest.raises(ValueError, match=r"r0: missing column\(s\) \['t1_pass1'\]"):
-        credit_regimes([bad], "k", 0.02)
+        credit_regimes([bad], "k", 0.02, "grpo")
 
 
 def test_the_doses_must_share_one_world(tmp_path: Path):
@@ -164,6 +167,8 @@ def test_the_doses_must_share_one_world(tmp_path: Path):
 
 
 def test_the_figure_is_written(tmp_path):
-    table = credit_regimes([dose(0.0, full(0.0, 0.0)), dose(0.8, full(0.03, 0.0))], "k", 0.02)
+    table = credit_regimes(
+        [dose(0.0, full(0.0, 0.0)), dose(0.8, full(0.03, 0.0))], "k", 0.02, "grpo"
+    )
     path = plot_credit_regimes(table, tmp_path / "figures" / "credit_regimes.png")
     assert path.is_file() and path.stat().st_size > 0

@@ -48,7 +48,7 @@ def fake_run(root: Path) -> Path:
     write_benchmark(results / "benchmarks" / "summary.tsv", ("1", "1"))
     times = JobTimes(jobs=1, wall_seconds=60.0, cpu_seconds=90.0, cpu_missing=0)
     text = render_summary(
-        read_tables(paths), times, MACHINE, "abc123", ["configs/positive_control.yaml"]
+        read_tables(paths), times, MACHINE, "abc123", ["configs/positive_control.yaml"], "grpo"
     )
     (results / "SUMMARY.md").write_text(text + "\n")
     return results
@@ -108,7 +108,7 @@ def test_a_stated_number_that_differs_from_its_snapshot_fails(tmp_path):
     slug = take_snapshot(results, snapshots, "m1", calibration=0.25).name
     values = summary_values(
         read_tables({n: results / f for n, (f, _) in TABLES.items()}),
-        JobTimes(1, 60.0, 90.0, 0), MACHINE, "abc123",
+        JobTimes(1, 60.0, 90.0, 0), MACHINE, "abc123", "grpo",
     )  # fmt: skip
     key = "comparison/rredcot/auc/difference"
     page = tmp_path / "page.md"

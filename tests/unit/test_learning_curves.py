@@ -78,7 +78,7 @@ def test_comparison_pairs_methods_and_reads_no_difference() -> None:
     grpo = [run("grpo", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2)]
     same = [run("rredcot", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2)]
     better = [run("mc", s, [1, 1, 1, 1], [1, 1, 1, 1]) for s in (1, 2)]
-    table = method_comparison([*grpo, *same, *better], BASE, n_resamples=500)
+    table = method_comparison([*grpo, *same, *better], BASE, "grpo", n_resamples=500)
     row = table.filter((pl.col("method") == "rredcot") & (pl.col("against") == "grpo"))
     final = row.filter(pl.col("measure") == "final").row(0, named=True)
     assert final["difference"] == 0 and final["verdict"] == "no difference"
@@ -104,7 +104,7 @@ def test_fewer_steps_compared_at_equal_steps_and_equal_compute() -> None:
     grpo = [run("grpo", s, [0, 0, 1, 0], [1, 1, 1, 0], steps=4) for s in (1,)]
     empty = rewards([0] * 4, 0).head(0)
     mc = RunScores("mc", 1, 2, empty, rewards([1, 1, 1, 1]), metrics(2, 2.0, 10))
-    table = method_comparison([*grpo, mc], BASE, n_resamples=200)
+    table = method_comparison([*grpo, mc], BASE, "grpo", n_resamples=200)
     measures = table.filter(pl.col("against") == "grpo")["measure"].to_list()
     assert measures == [
         "final_equal_steps",
@@ -146,7 +146,7 @@ def test_comparison_has_per_seed_rows_against_grpo_and_a_t_interval() -> None:
     grpo = [run("grpo", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2, 3)]
     finals = {1: [1, 1, 1, 0], 2: [1, 0, 1, 1], 3: [1, 1, 1, 1]}
     other = [run("rredcot", s, [0, 0, 1, 0], finals[s]) for s in (1, 2, 3)]
-    table = method_comparison([*grpo, *other], BASE, n_resamples=300)
+    table = method_comparison([*grpo, *other], BASE, "grpo", n_resamples=300)
     vs = table.filter(
         (pl.col("method") == "rredcot")
         & (pl.col("against") == "grpo")
@@ -211,7 +211,7 @@ def test_a_method_pairs_with_grpo_on_its_own_seeds_and_needs_each_of_them() -> N
     grpo = [run("grpo", s, [0] * 4, [1, 0, 1, 0]) for s in (1, 2, 3, 4, 5)]
     grpo[3] = run("grpo", 4, [0] * 4, [0, 0, 0, 0])  # seed 4 would lower GRPO if it were used
     srpo = [run("srpo", s, [0] * 4, [1, 1, 1, 0]) for s in (1, 2, 3)]
-    table = method_comparison([*grpo, *srpo], BASE, n_resamples=50)
+    table = method_comparison([*grpo, *srpo], BASE, "grpo", n_resamples=50)
     vs = table.filter((pl.col("method") == "srpo") & (pl.col("against") == "grpo"))
     final = vs.filter(pl.col("measure") == "final")
     assert final["seed"].to_list() == ["all", "1", "2", "3"]
@@ -222,7 +222,7 @@ def test_a_method_pairs_with_grpo_on_its_own_seeds_and_needs_each_of_them() -> N
     runs = [run("grpo", 1, [0] * 4, [1] * 4), run("grpo", 2, [0] * 4, [1] * 4)]
     runs.append(run("rredcot", 3, [0] * 4, [1] * 4))
     with pytest.raises(ValueError, match="rredcot: seeds \\[3\\] have no grpo run"):
-        method_comparison(runs, BASE, n_resamples=10)
+        method_comparison(runs, BASE, "grpo", n_resamples=10)
 
 
 def test_plot_writes_a_png(tmp_path) -> None:
@@ -247,7 +247,7 @@ def test_the_primary_endpoint_is_the_area_against_grpo_with_its_mde() -> None:
     grpo = [run("grpo", s, [0, 0, 1, 0], [1, 0, 1, 0]) for s in (1, 2, 3)]
     mc = [run("mc", 1, [1, 1, 1, 1], [1, 1, 1, 1]), run("mc", 2, [1, 0, 1, 1], [1, 1, 1, 1])]
     mc.append(run("mc", 3, [0, 0, 1, 0], [1, 0, 1, 0]))
-    table = method_comparison([*grpo, *mc], BASE, n_resamples=50)
+    table = method_comparison([*grpo, *mc], BASE, "grpo", n_resamples=50)
     primary = table.filter(pl.col("endpoint") == "primary")
     assert primary.select("method", "against", "measure", "seed").rows() == [
         ("mc", "grpo", "auc", "all")

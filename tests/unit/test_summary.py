@@ -142,7 +142,7 @@ TIMES = JobTimes(jobs=12, wall_seconds=7590.0, cpu_seconds=12140.0, cpu_missing=
 
 
 def test_the_primary_endpoint_comes_first_with_both_intervals_and_the_verdict(tmp_path):
-    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [], "grpo")
     table = [line for line in text.splitlines() if line.startswith("| rredcot − grpo")]
     assert table[0].startswith("| rredcot − grpo | auc | primary | +0.004 |")
     assert "−0.016 … +0.024" in table[0] and "−0.026 … +0.034" in table[0]
@@ -153,7 +153,7 @@ def test_the_primary_endpoint_comes_first_with_both_intervals_and_the_verdict(tm
 
 
 def test_the_studies_headlines_keep_the_default_mc_and_the_null_row(tmp_path):
-    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [], "grpo")
     agreement = text.split("## Estimator agreement")[1].split("## ")[0]
     assert "rredcot_ref_suffix_sum_joint | 0.289 | +0.239 … +0.339 | reference | 0.708" in agreement
     rows = [line.split(" | ")[1] for line in agreement.splitlines() if line.startswith("| credits")]
@@ -169,19 +169,24 @@ def test_the_studies_headlines_keep_the_default_mc_and_the_null_row(tmp_path):
 
 def test_the_regime_table_states_each_methods_pooled_figures(tmp_path):
     tables = read_tables(write_tables(tmp_path))
-    text = render_summary(tables, TIMES, "CPU X", "abc123", [])
+    text = render_summary(tables, TIMES, "CPU X", "abc123", [], "grpo")
     section = text.split("## Greedy and T = 1 on the curve split")[1]
     # greedy, T = 1, luck, systematic share greedy and T = 1: one row per method, pooled
     assert "| base | 0.510 | 0.356 | 0.050 | 0.970 | 0.530 |" in section
     assert "| grpo | 0.660 | 0.568 | 0.020 | 0.900 | 0.690 |" in section
-    values = summary_values(tables, TIMES, "CPU X", "abc123")
+    values = summary_values(tables, TIMES, "CPU X", "abc123", "grpo")
     assert values["regime/grpo/greedy_pass1"] == "0.660"
     assert values["regime/base/t1_luck"] == "0.050"
 
 
 def test_the_run_the_cost_and_the_time_are_stated(tmp_path):
     text = render_summary(
-        read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", ["configs/smoke.yaml"]
+        read_tables(write_tables(tmp_path)),
+        TIMES,
+        "CPU X",
+        "abc123",
+        ["configs/smoke.yaml"],
+        "grpo",
     )
     assert "- Config: `config.yaml` + `configs/smoke.yaml`" in text
     assert "- Commit: abc123" in text and "- Machine (this job): CPU X" in text
@@ -194,7 +199,7 @@ def test_the_run_the_cost_and_the_time_are_stated(tmp_path):
 def test_a_table_the_config_does_not_build_is_named_as_not_run(tmp_path):
     paths = write_tables(tmp_path)
     chosen = {k: v for k, v in paths.items() if k in ("main_table", "compute_cost")}
-    text = render_summary(read_tables(chosen), TIMES, "CPU X", "unknown", [])
+    text = render_summary(read_tables(chosen), TIMES, "CPU X", "unknown", [], "grpo")
     for name, (file, _) in TABLES.items():
         section = text.split(f"(`results/{file}`)")[1].split("\n## ")[0]
         assert ("Not run by this config" in section) == (name not in chosen), name
@@ -204,8 +209,8 @@ def test_a_table_the_config_does_not_build_is_named_as_not_run(tmp_path):
 
 def test_every_value_the_docs_may_quote_is_printed_as_the_summary_prints_it(tmp_path):
     tables = read_tables(write_tables(tmp_path))
-    text = render_summary(tables, TIMES, "CPU X", "abc123", [])
-    values = summary_values(tables, TIMES, "CPU X", "abc123")
+    text = render_summary(tables, TIMES, "CPU X", "abc123", [], "grpo")
+    values = summary_values(tables, TIMES, "CPU X", "abc123", "grpo")
     assert values["comparison/rredcot/auc/difference"] == "+0.004"
     assert values["localization/random/top1"] == "0.184"
     assert values["cost/rredcot/tokens_ratio"] == "4.70"
@@ -254,8 +259,8 @@ def test_a_table_without_rows_to_state_is_said_to_have_none(tmp_path, kind):
     item 10): every section and caption fragment of such a table says "no rows" instead."""
     paths = empty_tables(tmp_path, kind)
     tables = read_tables(paths)
-    text = render_summary(tables, TIMES, "CPU X", "abc123", [])
-    values = summary_values(tables, TIMES, "CPU X", "abc123")
+    text = render_summary(tables, TIMES, "CPU X", "abc123", [], "grpo")
+    values = summary_values(tables, TIMES, "CPU X", "abc123", "grpo")
     fragments = caption_fragments(values)
     for name, (file, _) in TABLES.items():
         if name == "answer_now_rule":
@@ -307,16 +312,16 @@ def test_the_commit_is_git_s_or_unknown(tmp_path):
 
 
 def test_each_method_is_set_against_its_placebo(tmp_path):
-    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [])
+    text = render_summary(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", [], "grpo")
     section = text.split("## Is the gain credit assignment?")[1].split("\n## ")[0]
     assert "(`results/credit_attribution.csv`)" in section
     assert "| rredcot − rredcot_perm | auc | primary | +0.006 |" in section
     assert "| rredcot − rredcot_perm | t1_avoids_systematic | secondary | −0.012 |" in section
     assert "| rredcot − rredcot_perm | auc (rule problems) | secondary | +0.020 |" in section
-    values = summary_values(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123")
+    values = summary_values(read_tables(write_tables(tmp_path)), TIMES, "CPU X", "abc123", "grpo")
     assert values["attribution/rredcot/rredcot_perm/auc/difference"] == "+0.006"
     assert values["attribution/rredcot/rredcot_perm/auc/rule/seeds"] == "3"
     empty = tmp_path / "empty.csv"
     pl.read_csv(tmp_path / "credit_attribution.csv").head(0).write_csv(empty)
-    text = render_summary(read_tables({"credit_attribution": empty}), TIMES, "X", "abc", [])
+    text = render_summary(read_tables({"credit_attribution": empty}), TIMES, "X", "abc", [], "grpo")
     assert "has no rows." in text.split("## Is the gain credit assignment?")[1]

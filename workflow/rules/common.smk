@@ -89,6 +89,7 @@ WORLD_TABLES = ["train", *WORLD_SPLITS]
 STUDY_POOL = "study_pool"
 STUDY_SET = STUDY_POOL if config["studies"]["pool"] else config["studies"]["split"]
 BASE_METHOD = "base"
+BASELINE = config["training"]["baseline"]  # the run every other is compared with
 # Every policy is evaluated with the same sampling seed (common random numbers): the same
 # problem and sample index draw the same noise for the base and every run, so paired
 # differences between policies carry no more sampling noise than they must.

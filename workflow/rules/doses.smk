@@ -53,7 +53,7 @@ rule credit_regimes:
                 "regime": builds_regime_table(),
                 "world_tables": shared_world_tables(),
                 "mde_target": config["doses"]["mde_target"],
-                "reference": "grpo",
+                "reference": BASELINE,
             }
         ),
         roots=" ".join(shlex.quote(d.root) for d in DOSES),

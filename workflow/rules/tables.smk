@@ -89,7 +89,7 @@ rule benchmark_comparison:
         settings=arg(
             {
                 "methods": TRAINING_METHODS,
-                "reference": "grpo",
+                "reference": BASELINE,
                 "base": BASE_METHOD,
                 "bootstrap_resamples": config["evaluation"]["bootstrap_resamples"],
                 "seed": config["seed"],
@@ -129,9 +129,12 @@ rule training_report:
     resources:
         mem_mb=res("training_report", "mem_mb"),
         runtime=res("training_report", "runtime"),
+    params:
+        baseline=BASELINE,
     shell:
         "python -m rredcot.steps.training_report --summaries {input.summaries} "
-        "--curves {output.curves} --figure {output.figure} --cost {output.cost} > {log} 2>&1"
+        "--baseline {params.baseline} --curves {output.curves} --figure {output.figure} "
+        "--cost {output.cost} > {log} 2>&1"
 
 
 rule learning_curves:
@@ -169,6 +172,7 @@ rule learning_curves:
             {
                 "bootstrap_resamples": config["evaluation"]["bootstrap_resamples"],
                 "seed": config["seed"],
+                "reference": BASELINE,
             }
         ),
     shell:
@@ -245,7 +249,7 @@ rule credit_attribution:
             {
                 "pairs": ATTRIBUTION_PAIRS,
                 "budget_pairs": BUDGET_PAIRS,
-                "reference": "grpo",
+                "reference": BASELINE,
                 "misconception": (
                     config["sft"]["misconception"] if uses_tiny_model() else None
                 ),
@@ -284,7 +288,7 @@ rule summary:
         mem_mb=res("summary", "mem_mb"),
         runtime=res("summary", "runtime"),
     params:
-        settings=arg({"configfiles": configfiles_given()}),
+        settings=arg({"configfiles": configfiles_given(), "reference": BASELINE}),
         tables=lambda wildcards, input: summary_args(input),
         repo=shlex.quote(workflow.basedir),
         # the timing files of this workflow's directory (results/, or a dose's in its place)

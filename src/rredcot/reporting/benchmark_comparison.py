@@ -39,7 +39,7 @@ def benchmark_comparison(
     benchmark: str,
     grades: pl.DataFrame,
     methods: Sequence[str],
-    baseline_method: str = "grpo",
+    baseline_method: str,
     base: str = "base",
     n_resamples: int = 10_000,
     seed: int = 0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rredcot.reporting.summary import MINUS, NO_ROWS, REFERENCE, REGIME_FIGURES, TABLES
+from rredcot.reporting.summary import MINUS, NO_ROWS, REGIME_FIGURES, TABLES
 
 # Endpoints of method_comparison.csv in the order the captions state them (primary first).
 ENDPOINTS = (
@@ -60,7 +60,7 @@ def _comparisons(values: Mapping[str, str]) -> list[str]:
                 continue
             seeds, mde = values.get(f"{key}/seeds", "?"), values.get(f"{key}/mde80", "?")
             lines.append(
-                f"- {method} {MINUS} {REFERENCE}, {label}: {_difference(values, key)} "
+                f"- {method} {MINUS} {values['baseline']}, {label}: {_difference(values, key)} "
                 f"({seeds} seeds; MDE at 80% power {mde})"
             )
     return lines
@@ -68,7 +68,7 @@ def _comparisons(values: Mapping[str, str]) -> list[str]:
 
 def _benchmarks(values: Mapping[str, str]) -> list[str]:
     return [
-        f"- {benchmark}, {method} {MINUS} {REFERENCE}: "
+        f"- {benchmark}, {method} {MINUS} {values['baseline']}: "
         f"{_difference(values, f'benchmark/{benchmark}/{method}')}"
         for benchmark in _parts(values, "benchmark", 1)
         for method in _parts(values, f"benchmark/{benchmark}", 2)
@@ -77,7 +77,8 @@ def _benchmarks(values: Mapping[str, str]) -> list[str]:
 
 def _cost(values: Mapping[str, str]) -> list[str]:
     return [
-        f"- {method}: {values[f'cost/{method}/seconds_ratio']}× GRPO's seconds per step, "
+        f"- {method}: {values[f'cost/{method}/seconds_ratio']}× {values['baseline']}'s seconds "
+        "per step, "
         f"{values[f'cost/{method}/tokens_ratio']}× its forward tokens"
         for method in _parts(values, "cost", 1)
     ]

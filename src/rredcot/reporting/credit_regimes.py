@@ -87,7 +87,7 @@ def read_dose(root: str | Path, level: float, regime: bool) -> DoseResults:
     return DoseResults(out.level, out.comparison, out.source, read_table(table), str(table))
 
 
-def dose_rows(dose: DoseResults, reference: str = "grpo") -> pl.DataFrame:
+def dose_rows(dose: DoseResults, reference: str) -> pl.DataFrame:
     """The dose's area and final rows of every method against `reference` (pooled over seeds).
 
     Raises ValueError naming the file when a column is missing, when no method is compared
@@ -138,7 +138,7 @@ def credit_regimes(
     doses: Sequence[DoseResults],
     key: str,
     mde_target: float,
-    reference: str = "grpo",
+    reference: str,
 ) -> pl.DataFrame:
     """The dose-response table: per dose (in the order given) and method, the area row then the
     final row against `reference`, with the dose key, the seeds that would reach an MDE of

@@ -216,7 +216,7 @@ def equal_compute_steps(
 def method_comparison(
     runs: Sequence[RunScores],
     base: pl.DataFrame,
-    baseline_method: str = "grpo",
+    baseline_method: str,
     n_resamples: int = 10_000,
     seed: int = 0,
 ) -> pl.DataFrame:

@@ -88,10 +88,15 @@ def take_snapshot(
     text = summary.read_text()
     machine = _summary_field(text, "Machine (this job)", summary)
     commit = _summary_field(text, "Commit", summary)
+    reference = _summary_field(text, "Baseline", summary).split()[0]
     paths = {n: results / f for n, (f, _) in TABLES.items() if (results / f).is_file()}
     bench = results / "benchmarks"
     values = summary_values(
-        read_tables(paths), job_times(bench, exclude=bench / "summary.tsv"), machine, commit
+        read_tables(paths),
+        job_times(bench, exclude=bench / "summary.tsv"),
+        machine,
+        commit,
+        reference,
     )
     stale = sorted(k for k, v in values.items() if v not in text)
     if stale:

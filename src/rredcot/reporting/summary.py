@@ -1,8 +1,9 @@
 """`results/SUMMARY.md`: a run's headline, generated from its own tables so no figure is typed.
 
-The primary comparisons first (each method's area under the held-out curve against GRPO, with
-both intervals and the conservative verdict), then every other pooled comparison, the estimator
-studies' headlines, the cost per step against GRPO, and the time every job took, summed from
+The primary comparisons first (each method's area under the held-out curve against the baseline,
+`training.baseline`, with both intervals and the conservative verdict), then every other pooled
+comparison, the estimator studies' headlines, the cost per step against the baseline, and the
+time every job took, summed from
 Snakemake's `benchmark:` files. A table the config does not build is named as not run, never
 left out silently, and a built table without a row to state (header only, as a study writes when
 no trace qualifies, or no row the section states) as having no rows, never as an error: a paper
@@ -37,7 +38,6 @@ TABLES = {
 }
 REGIME_FIGURES = ("greedy_pass1", "t1_pass1", "t1_luck", "greedy_systematic_share",
                   "t1_systematic_share")  # fmt: skip
-REFERENCE = "grpo"
 MINUS = "\u2212"
 # The value `summary_values` gives `no_rows/<table>` for a built table with no row to state (the
 # captions say so); the summary's text for such a table contains it.
@@ -127,10 +127,11 @@ def read_tables(paths: Mapping[str, Path | None]) -> dict[str, pl.DataFrame | di
     return out
 
 
-def pooled_comparisons(table: pl.DataFrame) -> pl.DataFrame:
-    """Rows pooled over seeds against GRPO: the primary endpoint's first, then the rest."""
+def pooled_comparisons(table: pl.DataFrame, reference: str) -> pl.DataFrame:
+    """Rows pooled over seeds against the baseline `reference`: the primary endpoint's first,
+    then the rest."""
     pooled = pl.col("seed").cast(pl.String) == "all"
-    rows = table.filter(pooled & (pl.col("against") == REFERENCE))
+    rows = table.filter(pooled & (pl.col("against") == reference))
     return (
         rows.with_columns((pl.col("endpoint") != "primary").alias("_later"))
         .sort("_later", "method", "measure", maintain_order=True)
@@ -160,19 +161,20 @@ def _pooled(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("seed").cast(pl.String) == "all")
 
 
-def _against_reference(table: pl.DataFrame) -> pl.DataFrame:
-    """The final policies' comparisons with the reference method, per benchmark."""
-    return table.filter(pl.col("against") == REFERENCE)
+def _against_reference(table: pl.DataFrame, reference: str) -> pl.DataFrame:
+    """The final policies' comparisons with the baseline `reference`, per benchmark."""
+    return table.filter(pl.col("against") == reference)
 
 
-def headline_rows(name: str, table: pl.DataFrame) -> list[dict]:
-    """The rows of table `name` that the summary states (none for a table without rows, whatever
-    its columns: a header-only file may lack the columns a filter needs)."""
+def headline_rows(name: str, table: pl.DataFrame, reference: str) -> list[dict]:
+    """The rows of table `name` that the summary states, against the baseline `reference` (none
+    for a table without rows, whatever its columns: a header-only file may lack the columns a
+    filter needs)."""
     if table.is_empty():
         return []
     select = {
-        "method_comparison": pooled_comparisons,
-        "benchmark_comparison": _against_reference,
+        "method_comparison": lambda t: pooled_comparisons(t, reference),
+        "benchmark_comparison": lambda t: _against_reference(t, reference),
         "estimator_agreement": agreement_headline,
         "error_localization": localization_headline,
         "regime_table": _pooled,
@@ -191,18 +193,24 @@ def _difference_values(key: str, r: Mapping) -> dict[str, str]:
 
 
 def summary_values(
-    tables: Mapping[str, pl.DataFrame | dict | None], times: JobTimes, machine: str, commit: str
+    tables: Mapping[str, pl.DataFrame | dict | None],
+    times: JobTimes,
+    machine: str,
+    commit: str,
+    reference: str,
 ) -> dict[str, str]:
-    """Every number the summary states, under a stable key, formatted as it prints."""
+    """Every number the summary states, under a stable key, formatted as it prints; the
+    comparisons are against the baseline `reference` (`training.baseline`)."""
     values = {
         "machine": machine,
         "commit": commit,
+        "baseline": reference,
         "jobs": str(times.jobs),
         "wall_seconds": duration(times.wall_seconds),
         "cpu_seconds": duration(times.cpu_seconds),
     }
     rows = {
-        name: headline_rows(name, table)
+        name: headline_rows(name, table, reference)
         for name, table in tables.items()
         if isinstance(table, pl.DataFrame)
     }
@@ -216,7 +224,7 @@ def summary_values(
         values |= _difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
     for r in rows.get("compute_cost", []):
         for unit in ("seconds", "tokens"):
-            ratio = r.get(f"{unit}_ratio_to_{REFERENCE}")
+            ratio = r.get(f"{unit}_ratio_to_{reference}")
             values[f"cost/{r['method']}/{unit}_ratio"] = plain(ratio, 2)
     for r in rows.get("estimator_agreement", []):
         key = f"agreement/{r['target']}/{r['estimator']}"
@@ -281,14 +289,14 @@ def _section(title: str, name: str) -> list[str]:
     return [f"## {title} (`results/{TABLES[name][0]}`)", ""]
 
 
-def _comparisons(table: pl.DataFrame) -> list[str]:
+def _comparisons(table: pl.DataFrame, reference: str) -> list[str]:
     lines = [
         "Pooled over seeds. `primary`: the pre-registered endpoint (area under the held-out",
         "curve); every other row is secondary. The verdict is the more conservative of the",
         "bootstrap and the t interval; MDE 80%: the smallest effect the seeds could detect.",
         "",
     ]
-    lines += _comparison_rows(pooled_comparisons(table))
+    lines += _comparison_rows(pooled_comparisons(table, reference))
     if "machine" in table.columns:
         machines = sorted({str(m) for m in table["machine"].drop_nulls()})
         lines += [f"Training runs' machines: {' | '.join(machines)}", ""]
@@ -335,7 +343,7 @@ def _attribution(table: pl.DataFrame) -> list[str]:
     ]
 
 
-def _benchmarks(table: pl.DataFrame) -> list[str]:
+def _benchmarks(table: pl.DataFrame, reference: str) -> list[str]:
     rows = [
         [
             r["benchmark"],
@@ -345,7 +353,7 @@ def _benchmarks(table: pl.DataFrame) -> list[str]:
             interval(r["seed_t_ci95_low"], r["seed_t_ci95_high"]),
             r["verdict"],
         ]  # fmt: skip
-        for r in headline_rows("benchmark_comparison", table)
+        for r in headline_rows("benchmark_comparison", table, reference)
     ]
     header = ["benchmark", "comparison", "difference", "bootstrap 95% CI", "t 95% CI", "verdict"]
     return _markdown(header, rows)
@@ -370,20 +378,20 @@ def _main_table(table: pl.DataFrame) -> list[str]:
     ]
 
 
-def _cost(table: pl.DataFrame) -> list[str]:
+def _cost(table: pl.DataFrame, reference: str) -> list[str]:
     rows = [
         [
             r["method"],
             r["n_seeds"],
             plain(r["seconds_per_step"], 2),
-            plain(r.get(f"seconds_ratio_to_{REFERENCE}"), 2),
+            plain(r.get(f"seconds_ratio_to_{reference}"), 2),
             f"{r['forward_tokens_per_step']:,.0f}",
-            plain(r.get(f"tokens_ratio_to_{REFERENCE}"), 2),
+            plain(r.get(f"tokens_ratio_to_{reference}"), 2),
         ]  # fmt: skip
         for r in table.iter_rows(named=True)
     ]
-    header = ["method", "seeds", "seconds / step", f"× {REFERENCE}", "forward tokens / step",
-              f"× {REFERENCE}"]  # fmt: skip
+    header = ["method", "seeds", "seconds / step", f"× {reference}", "forward tokens / step",
+              f"× {reference}"]  # fmt: skip
     return [
         "Seconds depend on what else shared the machine; forward tokens do not.",
         "",
@@ -445,7 +453,7 @@ def _localization(table: pl.DataFrame) -> list[str]:
 
 
 def _regime(table: pl.DataFrame) -> list[str]:
-    rows = headline_rows("regime_table", table)
+    rows = list(_pooled(table).iter_rows(named=True))
     header = ["method", "greedy pass@1", "T = 1 pass@1", "T = 1 luck",
               "systematic share of errors, greedy", "systematic share, T = 1"]  # fmt: skip
     body = [[r["method"], *(plain(r[f]) for f in REGIME_FIGURES)] for r in rows]
@@ -456,8 +464,10 @@ def _regime(table: pl.DataFrame) -> list[str]:
     ]
 
 
+AGAINST_BASELINE = (_comparisons, _benchmarks, _cost)
+"""The sections whose rows are against the baseline (they take it as a second argument)."""
 SECTIONS = (
-    (f"Comparisons with {REFERENCE} along training", "method_comparison", _comparisons),
+    ("Comparisons with {baseline} along training", "method_comparison", _comparisons),
     ("Final policies on each benchmark", "benchmark_comparison", _benchmarks),
     ("pass@1 per method", "main_table", _main_table),
     ("Cost per training step", "compute_cost", _cost),
@@ -479,8 +489,10 @@ def render_summary(
     machine: str,
     commit: str,
     configfiles: list[str],
+    reference: str,
 ) -> str:
-    """SUMMARY.md's text: the run, then one section per table (`SECTIONS`)."""
+    """SUMMARY.md's text: the run, then one section per table (`SECTIONS`), comparisons against
+    the baseline `reference` (`training.baseline`)."""
     cpu_note = f" ({times.cpu_missing} jobs without a CPU time)" if times.cpu_missing else ""
     lines = [
         "# Summary of this run",
@@ -491,6 +503,7 @@ def render_summary(
         f"- Config: `config.yaml`{''.join(f' + `{c}`' for c in configfiles)}",
         f"- Commit: {commit}",
         f"- Machine (this job): {machine}",
+        f"- Baseline: {reference} (`training.baseline`: the run the comparisons are against)",
         f"- Jobs: {times.jobs} (the `benchmark:` files read under results/benchmarks/, one per job "
         "that ran; this job not counted)",
         f"- Time summed over those jobs: wall {duration(times.wall_seconds)}, CPU "
@@ -499,12 +512,14 @@ def render_summary(
         "",
     ]
     for title, name, section in SECTIONS:
-        lines += _section(title, name)
+        lines += _section(title.format(baseline=reference), name)
         table = tables.get(name)
         if table is None:
             lines += _not_run(name)
-        elif isinstance(table, pl.DataFrame) and not headline_rows(name, table):
+        elif isinstance(table, pl.DataFrame) and not headline_rows(name, table, reference):
             lines += _no_rows(name, table)
+        elif section in AGAINST_BASELINE:
+            lines += section(table, reference)
         else:
             lines += section(table)
     return "\n".join(lines)

@@ -61,7 +61,7 @@ def training_curves(runs: Sequence[tuple[str, int, Path]]) -> pl.DataFrame:
     return curves.select([*lead, *[c for c in curves.columns if c not in lead]])
 
 
-def compute_cost(curves: pl.DataFrame, baseline: str = "grpo") -> pl.DataFrame:
+def compute_cost(curves: pl.DataFrame, baseline: str) -> pl.DataFrame:
     """Per method: mean seconds and forward tokens per step, and ratios to `baseline`.
 
     Forward tokens per step = policy tokens the step processed (prompt + completion tokens seen,

@@ -51,7 +51,8 @@ def main() -> None:
     per_run.write_csv(args.runs)
     plot_learning_curves(summary, args.figure)
     comparison = method_comparison(
-        runs, base, n_resamples=args.params.get("bootstrap_resamples", 10_000),
+        runs, base, args.params["reference"],
+        n_resamples=args.params.get("bootstrap_resamples", 10_000),
         seed=args.params.get("seed", 0),
     )  # fmt: skip
     comparison = comparison.with_columns(

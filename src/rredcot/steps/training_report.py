@@ -19,6 +19,7 @@ def main() -> None:
         type=Path,
         help="train_summary.json of every run (metrics.csv lies beside it)",
     )
+    p.add_argument("--baseline", required=True, help="the run the cost ratios are to")
     p.add_argument("--curves", required=True, type=Path)
     p.add_argument("--figure", required=True, type=Path)
     p.add_argument("--cost", required=True, type=Path)
@@ -35,7 +36,7 @@ def main() -> None:
     curves.write_csv(args.curves)
     plot_training_curves(curves, args.figure)
     machines = machines_by_run_name(args.summaries)
-    cost = with_machine_column(compute_cost(curves), machines)
+    cost = with_machine_column(compute_cost(curves, args.baseline), machines)
     cost.write_csv(args.cost)
     log.info("compute cost per step:\n%s", cost)
 

@@ -47,9 +47,9 @@ from typing import Any
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 REPO = Path(__file__).resolve().parents[1]
+# gpu_paper_shape and memory_plan beside this file; bench_training's quick_base in bench/.
+sys.path[:0] = [str(REPO / "scripts"), str(REPO / "bench")]
 PAPER_CONFIG = REPO / "configs" / "paper_qwen3_4b.yaml"
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "polars")
 OPTIONAL = ("deepspeed", "vllm")

@@ -6,7 +6,7 @@ tied embeddings) with random weights (no download) runs, per trace length T (819
 
 - **credit**: `rredcot_credit_batch` on one step's share of one GPU, 4 prompts × 8 responses of
   T tokens (K = 8 segments, a reference of about T/2 tokens; the synthetic batch of
-  scripts/bench_credit_scaling.py), under the paper config's `estimator.rredcot` block
+  bench/bench_credit_scaling.py), under the paper config's `estimator.rredcot` block
   (configs/paper_qwen3_4b.yaml) with `max_resident_tokens` set so the chunk's cache fits
   (`--max-resident-tokens`, default: a quarter of the free memory over the bytes of one slot;
   the CPU sweep measured the credit's peak at about 3x its chunk's cache);
@@ -65,7 +65,7 @@ from rredcot.tasks.synthetic import SyntheticTask
 from rredcot.training.padding_free import packs_rows, unpadded_token_logps
 from rredcot.vllm_memory import QWEN3_4B_SHAPE
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_credit_scaling import _mmap_large_blocks, _status_kib, _trim, make_batch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

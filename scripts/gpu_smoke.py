@@ -31,8 +31,8 @@ from pathlib import Path
 import polars as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_training import quick_base, step_times  # noqa: E402 (scripts/ is not a package)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_training import quick_base, step_times  # noqa: E402 (bench/ is not a package)
 
 from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402

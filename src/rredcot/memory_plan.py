@@ -41,7 +41,7 @@ continuation rows) is assumed to run in SDPA's memory-efficient kernel, which ne
 GB a pass at the paper's lengths, which the planner does not count (`SDPA_ASSUMPTION`;
 scripts/gpu_check.py probes the kernel at those shapes).
 
-`credit_phases` is checked against the CPU peak of scaled shapes by scripts/check_memory_plan.py
+`credit_phases` is checked against the CPU peak of scaled shapes by bench/check_memory_plan.py
 (docs/memory.md); `run_phases` adds them up for one GPU of a run's `train_policy` job, and
 `config_errors` refuses, at Snakemake load time, a GPU run whose peak exceeds
 `devices.memory_gb`, naming the key to change.

@@ -18,8 +18,13 @@ HISTORY = re.compile(r"\bissues? #?\d+|(?<![\w&])#\d+\b|\bsessions?\b|\bstop \d+
 
 
 def markdown_pages() -> list[Path]:
-    """Every markdown page a user reads: the README, the changelog, docs/ and results/."""
-    pages = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "results" / "README.md"]
+    """Every markdown page a user reads: the README, the changelog, docs/, results/ and dev/."""
+    pages = [
+        REPO / "README.md",
+        REPO / "CHANGELOG.md",
+        REPO / "results" / "README.md",
+        REPO / "dev" / "README.md",
+    ]
     return [p for p in pages if p.is_file()] + sorted((REPO / "docs").rglob("*.md"))
 
 

@@ -1,6 +1,6 @@
 """The memory planner on configs: the load-time refusal of a GPU run that does not fit one GPU,
 and every shipped config fitting (rredcot.memory_plan; the credit estimate against measured
-peaks is tests/unit/test_memory.py and scripts/check_memory_plan.py)."""
+peaks is tests/unit/test_memory.py and bench/check_memory_plan.py)."""
 
 from __future__ import annotations
 

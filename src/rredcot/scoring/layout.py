@@ -15,7 +15,7 @@ own; `row_tokens` 0: one row per state). Two layouts then run the rows (`LAYOUTS
 
 Why rows of ~`row_tokens` tokens: attention inside a row costs width × (span + width) entries,
 most of the width × width part masked, and the span is its latest state's; narrow rows keep
-both tight (measured in scripts/bench_credit_scaling.py).
+both tight (measured in bench/bench_credit_scaling.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ ROW_TOKENS = 32
 SHARED_ROW_TOKENS = 256
 """Narrowest default row width of the `shared` layout (tokens): the fastest on the tiny model at
 T = 4096 on one CPU thread (64: 1.7x, 128: 1.4x, 256: 1.3x, 512: 1.4x a training pass;
-scripts/bench_credit_scaling.py)."""
+bench/bench_credit_scaling.py)."""
 
 SHARED_ROW_MAX = 4096
 """Widest default row of the `shared` layout (tokens)."""

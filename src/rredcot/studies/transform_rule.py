@@ -5,7 +5,7 @@ A candidate turns a credit estimator's σ into token advantages (`token_advantag
 true token advantages is the cosine over each group's tokens (`cosine`), averaged over groups.
 The pre-registered rule (`choose_transform`): the candidate with the highest mean agreement
 replaces the current default when the paired 95% CI of its difference from the default excludes
-0; otherwise the default stays (ties keep it). `scripts/probe_credit_transform.py` runs the study.
+0; otherwise the default stays (ties keep it). `dev/probe_credit_transform.py` runs the study.
 """
 
 from __future__ import annotations

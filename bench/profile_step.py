@@ -1,9 +1,9 @@
 """Where the time of a training step and of an evaluation goes, on the embedded default.
 
-    python scripts/profile_step.py results/models/base                  # grpo, 4 steps
-    python scripts/profile_step.py results/models/base --method rredcot --steps 4
-    python scripts/profile_step.py results/models/base --evaluation     # synth_id evaluation
-    python scripts/profile_step.py results/models/base --method rredcot \
+    python bench/profile_step.py results/models/base                  # grpo, 4 steps
+    python bench/profile_step.py results/models/base --method rredcot --steps 4
+    python bench/profile_step.py results/models/base --evaluation     # synth_id evaluation
+    python bench/profile_step.py results/models/base --method rredcot \
         --override '{"rredcot": {"layout": "packed"}}'                  # a setting changed
 
 A step: one run of `--method` with the default's settings (`config.yaml` through

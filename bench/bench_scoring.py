@@ -10,7 +10,7 @@
    (`row_tokens`, the choice behind `rredcot.scoring.packed.ROW_TOKENS`).
 Times are the process's CPU seconds (median of `--repeats`), which a busy shared machine
 disturbs less than wall time. Prints tables; asserts nothing.
-Run: `python scripts/bench_scoring.py [--threads 1]`.
+Run: `python bench/bench_scoring.py [--threads 1]`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Where a base's luck comes from: the right answer from a chain the checker rejects, sorted by
 the checker's first error (`error_kind`) and whether it is the misconception's (`systematic`).
 
-    python scripts/probe_luck.py --model DIR --config CONFIG --seed 99 --samples 8 --out luck.csv
+    python dev/probe_luck.py --model DIR --config CONFIG --seed 99 --samples 8 --out luck.csv
 
-`--model` is a base written by scripts/probe_misconception.py; the world is drawn from
+`--model` is a base written by dev/probe_misconception.py; the world is drawn from
 `--config`'s world block with the development `--seed` (as the probe drew it), and the
 misconception from `--rule`/`--rate`. One CSV row per (error_kind, first error kind): the count
 of lucky samples and their share of all samples, at T = 1 (the world's protocol).
@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from probe_misconception import development_world  # noqa: E402  (scripts/ is on the path)
+from probe_misconception import development_world  # noqa: E402  (dev/ is on the path)
 
 from rredcot.data.error_kinds import first_error_kind  # noqa: E402
 from rredcot.data.misconceptions import Misconception  # noqa: E402

@@ -2,8 +2,8 @@
 half of choosing the positive-control regime (the first is `probe_misconception.py`, which
 SFT-s one base per misconception rate and reports the base alone).
 
-    python scripts/probe_misconception.py --rates 0.6 --out /tmp/probe/r0.6
-    python scripts/dev_regimes.py --probe /tmp/probe/r0.6 --rate 0.6 --out /tmp/dev/r0.6
+    python dev/probe_misconception.py --rates 0.6 --out /tmp/probe/r0.6
+    python dev/dev_regimes.py --probe /tmp/probe/r0.6 --rate 0.6 --out /tmp/dev/r0.6
 
 Per regime it builds the development world of the probe (world generator seeded with the
 probe's development seed: its `synth_id` and an `rl` split, less every problem the probe's SFT
@@ -33,7 +33,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "dev"))
 
 from probe_misconception import evaluate  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> None:
         m: subprocess.Popen(
             [
                 sys.executable,
-                str(ROOT / "scripts" / "dev_search_grpo.py"),
+                str(ROOT / "dev" / "dev_search_grpo.py"),
                 "--model",
                 str(base),
                 "--world",

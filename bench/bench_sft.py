@@ -1,8 +1,8 @@
 """Cost of the SFT warm-up: wall time and training tokens/s of the tiny model on the world.
 
-    python scripts/bench_sft.py                       # DEFAULT_TINY_ARCH, SFTSettings()
-    python scripts/bench_sft.py --config config.yaml  # model.arch, sft, world of a config
-    python scripts/bench_sft.py --config config.yaml --max-steps 50 --threads 2
+    python bench/bench_sft.py                       # DEFAULT_TINY_ARCH, SFTSettings()
+    python bench/bench_sft.py --config config.yaml  # model.arch, sft, world of a config
+    python bench/bench_sft.py --config config.yaml --max-steps 50 --threads 2
 
 Builds the tiny model, draws the world's train split, runs `run_sft` into a temporary directory
 (or --out) and prints parameters, SFT seconds and tokens/s. A benchmark, not a test: it asserts

@@ -1,8 +1,8 @@
 """The development-seed search that froze the default's RL settings, on GRPO alone.
 
-    python scripts/dev_search_grpo.py --model results/models/base --world results/data/world \
+    python dev/dev_search_grpo.py --model results/models/base --world results/data/world \
         --out /tmp/grpo_search --every 25 --candidates p8_lr1e-4_warm p8_lr3e-4_warm p4_lr1e-4
-    python scripts/dev_search_grpo.py ... --method rredcot --candidates center_group center_none
+    python dev/dev_search_grpo.py ... --method rredcot --candidates center_group center_none
 
 Every candidate is a set of overrides of config.yaml's `training` block; each runs GRPO from
 the base model with the development seed (training seed 0, which the workflow never reports)

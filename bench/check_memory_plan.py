@@ -8,7 +8,7 @@ start (VmHWM, the bench's meter) is set against `rredcot.memory_plan.credit_phas
 markdown table (`--markdown`, e.g. into docs/memory.md) and a CSV (`--csv`); exits 1 when a
 shape is outside ±`--tolerance` (0.25).
 
-    OMP_NUM_THREADS=1 python scripts/check_memory_plan.py --markdown /tmp/plan.md  # ~2 min
+    OMP_NUM_THREADS=1 python bench/check_memory_plan.py --markdown /tmp/plan.md  # ~2 min
 """
 
 from __future__ import annotations

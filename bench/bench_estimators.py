@@ -13,7 +13,7 @@
    cost per trace at that N (interpolated the same way) and the ratio to RREDCoT's cost per trace.
 
 Run after `snakemake --cores all results/estimator_agreement.csv`:
-    python scripts/bench_estimators.py [--results results] [--traces 16] [--threads 1]
+    python bench/bench_estimators.py [--results results] [--traces 16] [--threads 1]
 Asserts nothing; prints a table.
 """
 

@@ -3,7 +3,7 @@ the positive-control regimes (METHOD.md §4): one base per misconception rate, o
 seed that no reported run uses, SFT-ed as the workflow does (config.yaml's world, model and
 sft blocks; the same slips), then evaluated on the world's `synth_id` split.
 
-    python scripts/probe_misconception.py --rates 0 0.6 0.8 --out results/probe_misconception
+    python dev/probe_misconception.py --rates 0 0.6 0.8 --out results/probe_misconception
 
 Per rate, one CSV row: greedy pass@1, pass@1 at T = 1 (k samples), the luck at T = 1 (right
 answer, wrong chain by the checker), the share of problems with a step the rule applies to,

@@ -2,7 +2,7 @@
 on sampled groups of a base policy, not RL (METHOD.md §4; the transform is chosen by this
 table's pre-registered rule before any RL run uses it).
 
-    python scripts/probe_credit_transform.py --model /tmp/probe/r0.6/base_rate0.6 \
+    python dev/probe_credit_transform.py --model /tmp/probe/r0.6/base_rate0.6 \
         --world /tmp/dev/r0.6/world --groups 48 --out /tmp/transform_r0.6.csv
 
 G groups of n responses (the training layout: `training.num_generations` samples per problem at

@@ -1,7 +1,7 @@
 """Throughput of the HF generation backend (new tokens per second) for a few batch sizes.
 
-    python scripts/bench_generation.py                       # random tiny model, default arch
-    python scripts/bench_generation.py results/models/sft    # a saved checkpoint directory
+    python bench/bench_generation.py                       # random tiny model, default arch
+    python bench/bench_generation.py results/models/sft    # a saved checkpoint directory
 
 Prints one line per batch size; asserts nothing. EOS ends samples early, so the token count
 is what was actually generated, not prompts x n x max_new_tokens.

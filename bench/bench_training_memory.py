@@ -13,13 +13,13 @@ log-probs and entropies taken and backpropagated:
 - **padding_free**: `rredcot.training.padding_free.unpadded_token_logps`, one unpadded row at a
   time (SDPA's causal kernel, no mask).
 
-The peak resident memory above the start of the step (VmHWM, scripts/bench_credit_scaling.py's
+The peak resident memory above the start of the step (VmHWM, bench/bench_credit_scaling.py's
 meter) is set against `rredcot.memory_plan.training_phases` (which takes every row full length:
 the rows' padding is left in the estimate). Writes a markdown table (`--markdown`) and a CSV
 (`--csv`); prints the largest difference between the two paths' losses and the peak's growth
 per doubling of L.
 
-    OMP_NUM_THREADS=1 python scripts/bench_training_memory.py --markdown /tmp/train.md  # ~3 min
+    OMP_NUM_THREADS=1 python bench/bench_training_memory.py --markdown /tmp/train.md  # ~3 min
 """
 
 from __future__ import annotations

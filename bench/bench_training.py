@@ -1,8 +1,8 @@
 """Step time of the training methods on the tiny model: rredcot / grpo and mc / rredcot.
 
-    python scripts/bench_training.py                      # quick SFT base, then every method
-    python scripts/bench_training.py --model results/models/base --steps 8
-    python scripts/bench_training.py --methods grpo rredcot rredcot:2 rredcot:1 --repeats 3
+    python bench/bench_training.py                      # quick SFT base, then every method
+    python bench/bench_training.py --model results/models/base --steps 8
+    python bench/bench_training.py --methods grpo rredcot rredcot:2 rredcot:1 --repeats 3
 
 Each method trains from the same base with the same settings and seed (same batch shape:
 prompts × generations × max completion length) for `--warmup` + `--steps` optimizer steps; the

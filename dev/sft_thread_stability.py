@@ -1,6 +1,6 @@
 """Does the base model depend on the machine? Two SFT runs that differ only in thread count.
 
-    python scripts/sft_thread_stability.py --out /tmp/sft_threads [--config config.yaml]
+    python dev/sft_thread_stability.py --out /tmp/sft_threads [--config config.yaml]
 
 Builds the default's world, runs the `sft_base_model` step twice with the config's SFT
 settings, once with 1 and once with 2 torch threads (summation order, hence float rounding,

@@ -70,11 +70,11 @@ T: its rows' cache copies took 12 GiB at T = 8192, K = 8 and over 18 GiB (killed
 a 23 GiB machine) at K = 16; `--packed-max-len` skips it above a length. Prints tables;
 asserts nothing.
 
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --csv credit.csv  # ~30 min, loaded
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --quick           # a few minutes
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --lengths --long \\
+    OMP_NUM_THREADS=1 python bench/bench_credit_scaling.py --csv credit.csv  # ~30 min, loaded
+    OMP_NUM_THREADS=1 python bench/bench_credit_scaling.py --quick           # a few minutes
+    OMP_NUM_THREADS=1 python bench/bench_credit_scaling.py --lengths --long \\
         --layouts shared --csv long.csv            # T = 8192, 16384 at K = 8, 16 (~15 min)
-    OMP_NUM_THREADS=1 python scripts/bench_credit_scaling.py --traces-sweep 4 8 16 32 \\
+    OMP_NUM_THREADS=1 python bench/bench_credit_scaling.py --traces-sweep 4 8 16 32 \\
         --sweep-csv sweep.csv                      # peak memory vs traces per step (~2 min)
 """
 

@@ -1,6 +1,6 @@
 """Which out-of-distribution shift can the base partly solve? The probe that chose `synth_ood`.
 
-    python scripts/probe_ood_shifts.py --model results/models/base [--n 120] [--samples 4]
+    python dev/probe_ood_shifts.py --model results/models/base [--n 120] [--samples 4]
 
 Draws `--n` problems per candidate shift of the tree world (config.yaml's `world`), samples
 `--samples` responses each from the base with the evaluation protocol (T = 1, 128 new tokens)

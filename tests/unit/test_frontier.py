@@ -383,3 +383,17 @@ def test_variant_estimates_score_each_form_in_its_own_pass():
     )
     assert tokens[f"{configured}_answer_now_only"] < tokens[configured]  # no suffix scored
     assert set(ESTIMATE_SCHEMA) <= set(out.columns)
+
+
+def test_estimate_files_name_the_step_and_machine_that_timed_them(tmp_path: Path):
+    from rredcot.steps.study_common import estimate_sources, write_estimates
+
+    table = pl.DataFrame(schema=ESTIMATE_SCHEMA)
+    write_estimates(table, tmp_path / "e.parquet", "test", "study_scored")
+    got = estimate_sources(tmp_path / "e.parquet")
+    assert got["timed_in"] == "study_scored" and "threads" in got["machine"]
+    table.write_parquet(tmp_path / "old.parquet")  # written before the metadata existed
+    assert estimate_sources(tmp_path / "old.parquet") == {
+        "timed_in": "not recorded",
+        "machine": "not recorded",
+    }

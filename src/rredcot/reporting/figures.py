@@ -98,6 +98,20 @@ def says_no_rows(title: str) -> Callable[[Callable[..., Path]], Callable[..., Pa
     return decorate
 
 
+def legend_right(fig: plt.Figure, ax: plt.Axes, title: str) -> None:
+    """One legend entry per label of `ax`, right of the figure."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
+    fig.legend(
+        list(seen.values()),
+        list(seen.keys()),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=False,
+        title=title,
+    )
+
+
 def ci_error_bars(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
     """(2, n) asymmetric error bars from CI columns (NaN-safe)."""
     m = rows[mean].to_numpy()
@@ -203,16 +217,7 @@ def estimator_agreement_figure(
             n = int(part["n_traces"][0]) if part.height else 0
             ax.set_title(f"{what}, {how} ({n} traces)")
             ax.set_ylim(-0.3, 1.05)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles, strict=True))
-    fig.legend(
-        list(seen.values()),
-        list(seen.keys()),
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        frameon=False,
-        title="estimator (open marker: joint answer-now)",
-    )
+    legend_right(fig, axes[0][0], "estimator (open marker: joint answer-now)")
     fig.suptitle("Credit estimators vs the Monte Carlo ground truth, on one common set of traces")
     fig.tight_layout()
     return save_figure(fig, path)
@@ -523,16 +528,7 @@ def estimator_frontier_figure(
             transform = part["transform"][0] if "transform" in part.columns else ""
             ax.set_ylabel(f"{title}\n(mean over {int(part['n_traces'][0])} traces)")
             ax.set_title(f"{measure}: {transform}", fontsize=10)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles, strict=True))
-    fig.legend(
-        list(seen.values()),
-        list(seen.keys()),
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        frameon=False,
-        title="family (ringed: Pareto front; hollow: oracle)",
-    )
+    legend_right(fig, axes[0][0], "family (ringed: Pareto front; hollow: oracle)")
     fig.suptitle(
         "Credit estimators: agreement with the MC ground truth against cost "
         "(bars: 95% CI of the difference from the best, paired over traces)"

@@ -4,10 +4,11 @@ The Snakefile validates `config` against `workflow/schemas/config.schema.yaml` b
 is built. jsonschema's raw errors are hard to read ("Failed validating 'enum' in
 schema['properties']..."), so this module reports every error as
 `config key 'evaluation.temperature': -1 is less than the minimum 0`.
-Past the schema it checks what a static schema cannot: the values of per-method, variant and
-studies.segmentation overrides (without filling in defaults), benchmark names against this
-config's world splits and the registry, and the rules that tie values together (`_joint_errors`:
-each checked by the code the job itself runs, so a job never learns of a bad value first).
+Past the schema it checks what a static schema cannot: the values of per-method, variant,
+studies.segmentation and studies.frontier overrides (without filling in defaults), benchmark
+names against this config's world splits and the registry, and the rules that tie values
+together (`_joint_errors`: each checked by the code the job itself runs, so a job never learns
+of a bad value first).
 `mirror_error` and `model_path_error` check local paths for the Snakefile. Step scripts reuse
 the same check when run without Snakemake.
 """
@@ -174,6 +175,14 @@ def _override_errors(config: Mapping[str, Any], schema: Mapping[str, Any]) -> li
     # studies.segmentation overrides keys of the segmentation block for the studies
     blocks.append(("studies.segmentation", "studies", config["studies"]["segmentation"] or {}))
     properties["studies"] = schema["properties"]["segmentation"]["properties"]
+    # the frontier's forms override keys of estimator.rredcot, its transforms training.credit
+    frontier = config["studies"]["frontier"]
+    for label, replaced in frontier["rredcot_variants"].items():
+        blocks.append((f"studies.frontier.rredcot_variants.{label}", "frontier_rredcot", replaced))
+    for name, replaced in frontier["transforms"].items():
+        blocks.append((f"studies.frontier.transforms.{name}", "frontier_credit", replaced))
+    properties["frontier_rredcot"] = keys["rredcot"]["properties"]
+    properties["frontier_credit"] = training["credit"]["properties"]
     messages = []
     for key, method, values in blocks:
         sub = {"type": "object", "additionalProperties": False, "properties": properties[method]}
@@ -268,6 +277,31 @@ def _keyed(message: str) -> str:
     return f"config key '{key}': {what}"
 
 
+def _frontier_errors(config: Mapping[str, Any]) -> list[str]:
+    """Each of the frontier's forms is an RREDCoT config and each transform a credit block that
+    the jobs can build (e.g. `suffixes: 1` needs the ref_suffix_sum value)."""
+    from rredcot.credit.advantages import CreditConfig
+    from rredcot.credit.rredcot import RREDCoTConfig
+
+    frontier, messages = config["studies"]["frontier"], []
+    builds = [
+        (f"studies.frontier.rredcot_variants.{label}", RREDCoTConfig, "rredcot", keys)
+        for label, keys in frontier["rredcot_variants"].items()
+    ] + [
+        (f"studies.frontier.transforms.{name}", CreditConfig, "credit", keys)
+        for name, keys in frontier["transforms"].items()
+    ]
+    for key, kind, block, keys in builds:
+        base = (
+            config["estimator"]["rredcot"] if block == "rredcot" else config["training"]["credit"]
+        )
+        try:
+            kind.from_dict({**base, **keys})
+        except (TypeError, ValueError) as err:
+            messages.append(f"config key '{key}': {err}")
+    return messages
+
+
 def _joint_errors(config: Mapping[str, Any]) -> list[str]:
     """Rules that tie values together, checked by the code the jobs run (their one home):
     the world generator's settings and every split's depths (`WorldConfig`), both segmentations
@@ -316,6 +350,7 @@ def _joint_errors(config: Mapping[str, Any]) -> list[str]:
             messages.append(f"config key '{key}': {err}")
     band = accuracy_band_error(config["studies"]["accuracy_band"])
     messages += [_keyed(band)] if band else []
+    messages += _frontier_errors(config)
     # Settings a component would ignore (issue 32): the run-level overrides are checked with the
     # runs (workflow/rules/common.smk, check_training_runs), the shared block here.
     training = config["training"]

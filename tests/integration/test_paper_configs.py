@@ -92,6 +92,21 @@ def expected_resources(config: dict[str, Any], rule: str) -> dict[str, int]:
 @pytest.fixture
 def no_slurm_clients(tmp_path: Path) -> tuple[Path, Path]:
     """A bin directory whose SLURM commands only log their call and fail, and that log."""
+    return slurm_stubs(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def full_dry_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """configs/full.yaml's dry run, once for the tests that read it."""
+    tmp = tmp_path_factory.mktemp("full")
+    bin_dir, calls = slurm_stubs(tmp)
+    proc = dry_run(REPO / "configs" / "full.yaml", tmp, bin_dir)
+    assert not cluster_calls(calls)
+    return proc
+
+
+def slurm_stubs(tmp_path: Path) -> tuple[Path, Path]:
+    """`no_slurm_clients` in `tmp_path`."""
     bin_dir = tmp_path / "slurm_bin"
     bin_dir.mkdir()
     calls = bin_dir / "calls.log"
@@ -263,14 +278,13 @@ def test_slurm_profile_dry_run(
 
 
 def test_the_full_study_s_variants_change_only_their_own_runs(
-    tmp_path: Path, no_slurm_clients: tuple[Path, Path]
+    full_dry_run: subprocess.CompletedProcess[str],
 ) -> None:
     """configs/full.yaml's variants: rredcot_conditional scores the conditional answer-now (the
     default is the pre-registered joint), rredcot_center_group centers its credit,
     rredcot_own_path reads the oracle reference; every other run keeps the shared estimator and
     credit blocks."""
-    bin_dir, _ = no_slurm_clients
-    proc = dry_run(REPO / "configs" / "full.yaml", tmp_path, bin_dir)
+    proc = full_dry_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     params = {}
     for job in parse_jobs(proc.stdout):
@@ -289,6 +303,38 @@ def test_the_full_study_s_variants_change_only_their_own_runs(
     assert params["rredcot_conditional"]["credit"] == params["rredcot"]["credit"]
     joint = dict(params["rredcot_conditional"]["rredcot"], answer_now="joint")
     assert joint == params["rredcot"]["rredcot"]  # nothing else of the estimator changed
+
+
+def test_the_full_study_builds_the_estimator_frontier(
+    full_dry_run: subprocess.CompletedProcess[str],
+) -> None:
+    """configs/full.yaml asks for results/estimator_frontier.csv and its figure (issue 47 item
+    2): study_scored scores the frontier's own forms into a file of their own, and
+    study_frontier reads it beside every study's estimates, with the workflow's transform and
+    immediate, in groups of training.num_generations."""
+    proc = full_dry_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = parse_jobs(proc.stdout)
+
+    def params(job: Job) -> dict[str, Any]:
+        return json.loads(re.search(r"--params '([^']*)'", job.shell).group(1))
+
+    (frontier,) = [j for j in jobs if j.rule == "study_frontier"]
+    out = "--out results/estimator_frontier.csv --figure results/figures/estimator_frontier.png"
+    assert out in frontier.shell
+    variants = "results/studies/estimates_variants.parquet"
+    assert f"--variants {variants}" in frontier.shell
+    assert "results/studies/estimates_scored.parquet" in frontier.shell
+    got = params(frontier)
+    assert got["transforms"] == {"workflow": {}, "immediate": {"mode": "immediate"}}
+    assert got["group_size"] == 8 and got["credit"]["mode"] == "mixed"
+    (scored,) = [j for j in jobs if j.rule == "study_scored"]
+    assert f"--variants {variants}" in scored.shell
+    forms = params(scored)["frontier"]
+    assert forms["num_segments"] == [2, 4, 8]
+    assert forms["rredcot_variants"]["answer_now_only"] == {"w_v": 0.0}
+    assert params(scored)["segmentation"]["strategy"] == "hybrid"
+    assert params(scored)["oppo"]["prior"] == "group_mean"
 
 
 def test_the_default_dag_decodes_every_policy_greedily_for_the_regime_table(

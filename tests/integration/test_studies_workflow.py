@@ -15,6 +15,7 @@ ARTIFACTS = (
     "segmentation_sweep",
     "mc_truncation",
     "error_localization",
+    "estimator_frontier",
 )
 
 
@@ -57,6 +58,7 @@ def test_estimator_agreement(studies_run):
     names = set(table["estimator"].to_list())
     assert {"mc_n1", "mc_n2", "loo", "shapley", "grad_x_input", "attention", "null_R_only"} <= names
     assert {f"rredcot_{v}" for v in ("ref_suffix_sum", "ref_path_ratio")} <= names
+    assert "oppo_bayes" in names  # the one-pass Bayes value beside every other estimator
     assert "rredcot_ref_suffix_sum_joint" in names
     # every reference kind, the oracle key on the trace's own path and the sampled-first one
     assert {"rredcot_ref_suffix_sum_own_path", "rredcot_ref_suffix_sum_sampled"} <= names
@@ -81,6 +83,39 @@ def test_estimator_agreement(studies_run):
     assert {"luck", "distinct_paths_mean", "multi_path_share", "overlap_two_valid_paths"} <= set(
         study_set.columns
     )
+
+
+def test_estimator_frontier(studies_run):
+    """Every estimator whose cost is its own, on one common set per run: Spearman for the forms
+    on the studies' segmentation, the token-advantage cosine under both transforms for every
+    form (the K forms and OPPO's token form included), one best per measure, the front."""
+    table = pl.read_csv(studies_run / "results" / "estimator_frontier.csv")
+    assert set(table["measure"]) == {"spearman_credits", "cosine_workflow", "cosine_immediate"}
+    # the configured form (the smoke config's: the schema's conditional answer-now)
+    cheap = next(n for n in table["estimator"] if n.endswith("_answer_now_only"))
+    configured = cheap.removesuffix("_answer_now_only")
+    assert configured.startswith("rredcot_ref_suffix_sum")
+    forms = {f"{configured}_{label}" for label in ("suffixes1", "suffixes2", "answer_now_only")}
+    k_forms = {f"{configured}_k{k}" for k in (2, 4, 8)}
+    everyone = {configured, *forms, f"{configured}_own_path", "oppo_bayes", "mc_n1", "mc_n2"}
+    everyone |= {"loo", "shapley", "grad_x_input", "attention", "null_R_only"}
+    for measure, part in table.group_by("measure"):
+        names = set(part["estimator"])
+        assert everyone <= names, measure
+        others = k_forms | {"oppo_bayes_token"}
+        assert (names & others == set()) if measure[0] == "spearman_credits" else others <= names
+        assert part["n_traces"].n_unique() == 1 and (part["verdict_vs_best"] == "best").sum() == 1
+        assert part.filter(pl.col("oracle"))["estimator"].to_list() == [f"{configured}_own_path"]
+        assert (
+            part["pareto_tokens"].any() and not part.filter(pl.col("oracle"))["pareto_tokens"].any()
+        )
+    assert (table["forward_tokens_per_trace"] >= 0).all()
+    timed = dict(table.select("estimator", "timed_in").unique().iter_rows())
+    assert timed["mc_n1"] == "study_mc" and timed[configured] == "study_scored"
+    assert timed["null_R_only"] == "nothing run" and table["machine"].drop_nulls().len() > 0
+    cheaper = table.filter(pl.col("estimator") == f"{configured}_answer_now_only")
+    default = table.filter(pl.col("estimator") == configured)
+    assert cheaper["forward_tokens_per_trace"][0] < default["forward_tokens_per_trace"][0]
 
 
 def test_attribution_correlation_matrix(studies_run):

@@ -271,6 +271,18 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
     ("studies: {segmentation: {strategy: fixed}}", ["config key 'studies.segmentation'", "fixed"]),
     ("segmentation: {strategy: hybrid, num_segments: null}", ["config key 'segmentation'"]),
     ("studies: {mc_n: [2, 2]}", ["config key 'studies.mc_n'", "non-unique"]),
+    (  # the frontier's forms and transforms are checked like the blocks they override
+        "studies: {frontier: {rredcot_variants: {x: {sufixes: 1}}}}",
+        ["studies.frontier.rredcot_variants.x", "'sufixes'"],
+    ),
+    (
+        "studies: {frontier: {rredcot_variants: {x: {suffixes: 1, value: ref_path_ratio}}}}",
+        ["config key 'studies.frontier.rredcot_variants.x'", "ref_suffix_sum only"],
+    ),
+    (
+        "studies: {frontier: {transforms: {t: {mode: nope}}}}",
+        ["config key 'studies.frontier.transforms.t.mode'", "'immediate'"],
+    ),
     ("world: {ops: ['+', '+']}", ["config key 'world.ops'", "non-unique"]),
     ("world: {seed: -3}", ["config key 'world.seed'"]),
     ("world: {modulus: 2, n_given: 3}", ["config key 'world'", "bijective"]),

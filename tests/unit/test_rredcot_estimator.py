@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from rredcot.credit.rredcot import (
     credit_from_scores,
     draw_suffixes,
     join_at_state,
+    reads_suffixes,
     rredcot_credit,
     rredcot_credit_batch,
     rredcot_variants_batch,
@@ -809,6 +811,34 @@ def test_model_credit_with_sampled_suffixes(model, tokenizer):
     for got, want in zip(every, full, strict=True):  # m = J: all of them, exact
         assert got.suffix_columns == (0, 1, 2)
         torch.testing.assert_close(got.phi, want.phi, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("answer_now", ["joint", "conditional"])
+def test_answer_now_only_scores_no_suffix(model, tokenizer, answer_now):
+    """w_v = 0 (Φ_k = w_R·R̂_k) scores the answer-now columns alone: the same R̂, Φ and σ as
+    the pass that also scores every suffix, for fewer tokens; a pass any of whose variants reads
+    v̂ still scores them."""
+    task = get_task("synthetic")
+    ref = ReferencePath.from_row(task, ROW)
+    traces = [
+        Trace(*_trace(tokenizer, SOLUTION), ref, 1.0),
+        Trace(*_trace(tokenizer, WRONG), ref, 0.0),
+    ]
+    config = RREDCoTConfig(w_v=0.0, answer_now=answer_now)
+    assert not reads_suffixes([config])
+    assert reads_suffixes([config, RREDCoTConfig()])
+    assert reads_suffixes([replace(config, value="ref_path_ratio")])  # v̂ would be NaN
+    alone = rredcot_credit_batch(model, tokenizer, task, traces, config)
+    both = rredcot_variants_batch(
+        model, tokenizer, task, traces, {"w_v0": config, "default": replace(config, w_v=1.0)}
+    )["w_v0"]
+    for got, want in zip(alone, both, strict=True):
+        assert got.suffix_columns == () and want.suffix_columns == (0, 1, 2)
+        assert torch.isinf(got.suffix_logprobs).all() and (got.v_hat == 0).all()
+        torch.testing.assert_close(got.r_hat, want.r_hat, atol=1e-12, rtol=1e-9)
+        torch.testing.assert_close(got.phi, want.phi, atol=1e-12, rtol=1e-9)
+        torch.testing.assert_close(got.sigma, want.sigma, atol=1e-12, rtol=1e-9)
+        assert got.forward_tokens < want.forward_tokens
 
 
 def test_verbatim_join_scores_one_continuation_set(model, tokenizer):

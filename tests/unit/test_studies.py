@@ -1027,6 +1027,7 @@ def test_every_figure_of_a_table_without_rows_says_so(tmp_path, columns):
         "localization": figures.error_localization_figure,
         "truncation": figures.mc_truncation_figure,
         "sweep": lambda t, p: figures.segmentation_sweep_figure(t, p, estimator="rredcot_x"),
+        "frontier": figures.estimator_frontier_figure,
         "learning": plot_learning_curves,
         "training": plot_training_curves,
         "regimes": plot_credit_regimes,

@@ -623,6 +623,7 @@ STUDY_ARTIFACTS = (
     "segmentation_sweep",
     "mc_truncation",
     "error_localization",
+    "estimator_frontier",
 )
 
 

@@ -1,5 +1,6 @@
 # Estimator studies on the base policy (METHOD.md §5): traces, MC ground truth, estimators, and
-# the five artifacts (agreement, correlation, sweep, truncation, localization) with figures.
+# the six artifacts (agreement, correlation, sweep, truncation, localization, the cost-agreement
+# frontier) with figures.
 
 STUDIES = config["studies"]
 MC = config["estimator"]["mc"]
@@ -18,6 +19,9 @@ STUDY_ESTIMATES = [
     "results/studies/estimates_mc.parquet",
     "results/studies/estimates_scored.parquet",
 ]
+# the forms only the frontier compares, each in its own pass (rredcot.studies.variants)
+STUDY_VARIANTS = "results/studies/estimates_variants.parquet"
+FRONTIER = STUDIES["frontier"]
 # Each rule gets only the settings it reads, so changing one reruns only what depends on it.
 STUDY_KEYS = {
     "study_traces": [
@@ -188,6 +192,7 @@ rule study_scored:
         segmentations=rules.study_traces.output.segmentations,
     output:
         estimates=STUDY_ESTIMATES[1],
+        variants=STUDY_VARIANTS,
     log:
         "results/logs/studies/study_scored.log",
     benchmark:
@@ -207,13 +212,20 @@ rule study_scored:
                 **STUDY_SETTINGS,
                 "rredcot": config["estimator"]["rredcot"],
                 "attribution": config["estimator"]["attribution"],
+                "oppo": config["training"]["oppo"],
+                # the frontier's forms at K segments replace the training segmentation's K
+                "segmentation": config["segmentation"],
+                "frontier": {
+                    k: FRONTIER[k] for k in ("rredcot_variants", "num_segments")
+                },
                 "score_batch_traces": STUDIES["score_batch_traces"],
             }
         ),
     shell:
         "{params.gpu_job} --gpus {resources.gpu} -- python -m rredcot.steps.study_scored --policy {params.policy} "
         "--traces {input.traces} --segmentations {input.segmentations} "
-        "--params {params.settings} --threads {threads} --out {output.estimates} > {log} 2>&1"
+        "--params {params.settings} --threads {threads} --out {output.estimates} "
+        "--variants {output.variants} > {log} 2>&1"
 
 
 rule study_agreement:
@@ -258,6 +270,51 @@ rule study_agreement:
         "--estimates {input.estimates} --params {params.settings} "
         "--out {output.table} --figure {output.figure} --cost-match {output.cost_match} "
         "--answer-now {output.answer_now} > {log} 2>&1"
+
+
+rule study_frontier:
+    input:
+        traces=rules.study_traces.output.traces,
+        segmentations=rules.study_traces.output.segmentations,
+        ground_truth=rules.study_ground_truth.output.rollouts,
+        estimates=STUDY_ESTIMATES,
+        variants=rules.study_scored.output.variants,
+    output:
+        table=report(
+            "results/estimator_frontier.csv",
+            caption="../report/estimator_frontier.rst",
+            category="Estimator studies",
+        ),
+        figure=report(
+            "results/figures/estimator_frontier.png",
+            caption="../report/estimator_frontier.rst",
+            category="Estimator studies",
+        ),
+    log:
+        "results/logs/studies/study_frontier.log",
+    benchmark:
+        "results/benchmarks/studies/study_frontier.tsv"
+    conda:
+        CONDA_ENV
+    threads: res("study_frontier", "cpus_per_task")
+    resources:
+        mem_mb=res("study_frontier", "mem_mb"),
+        runtime=res("study_frontier", "runtime"),
+    params:
+        settings=arg(
+            {
+                **STUDY_ANALYSIS,
+                "credit": config["training"]["credit"],
+                "transforms": FRONTIER["transforms"],
+                "group_size": FRONTIER["group_size"]
+                or config["training"]["num_generations"],
+            }
+        ),
+    shell:
+        "python -m rredcot.steps.study_frontier --traces {input.traces} "
+        "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
+        "--estimates {input.estimates} --variants {input.variants} "
+        "--params {params.settings} --out {output.table} --figure {output.figure} > {log} 2>&1"
 
 
 rule study_correlation:

@@ -49,7 +49,9 @@ Reconstructed choices (the paper's text was not available), each a config option
   as built. Under "line" the continuations depend on the kind of state (`STATE_KINDS`); each
   state is scored with its kind's set.
 - `suffixes` (default "all"): score every C*_j, or importance-sample m of them per state
-  (uniform q, v̂ scaled by J/m; unbiased for `ref_suffix_sum`, cheaper, noisier).
+  (uniform q, v̂ scaled by J/m; unbiased for `ref_suffix_sum`, cheaper, noisier). With
+  `w_v: 0` (the answer-now-only potential Φ_k = w_R·R̂_k) no suffix is scored at all
+  (`reads_suffixes`): the same Φ for the answer-now columns' cost.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ __all__ = [
     "rredcot_credit",
     "rredcot_credit_batch",
     "rredcot_variants_batch",
+    "reads_suffixes",
     "split_lines",
     "state_kinds",
     "thinking_states",
@@ -242,6 +245,7 @@ def _credit_batch(
         with_prefix=with_prefix,
         conditional=conditional,
         seed=seed,
+        with_suffixes=reads_suffixes(wanted),
     )
     prune = None
     if config.prune_nats is not None and config.value in PRUNABLE:
@@ -261,6 +265,14 @@ def _credit_batch(
         ]
         for name, cfg in variants.items()
     }
+
+
+def reads_suffixes(configs: Sequence[RREDCoTConfig]) -> bool:
+    """Whether a pass for `configs` must score the reference suffixes: unless every config
+    weighs v̂ by w_v = 0 with a value variant for which an unscored suffix (probability 0)
+    gives v̂ = 0 (`PRUNABLE`: ref_suffix_sum, ref_suffix_max). Then Φ_k = w_R·R̂_k is the same
+    either way and the answer-now columns alone are scored (the answer-now-only form)."""
+    return any(c.w_v != 0 or c.value not in PRUNABLE for c in configs)
 
 
 def _encode(
@@ -336,6 +348,10 @@ def _assemble(
     for t, trace in enumerate(traces):
         per_state = torch.stack([tables[q][a] for q, a in plan.where[t]])  # (K+1, columns)
         col = plan.columns[t]
+        chosen = plan.suffix_columns[t]
+        suffixes = per_state[:, col.suffixes]
+        if not chosen:  # none scored (w_v = 0): one suffix of probability 0, so v̂ = 0
+            suffixes = torch.full((per_state.shape[0], 1), float("-inf"), dtype=per_state.dtype)
         conditional = None
         if col.trigger is not None:  # log π(A ⊕ y* ⊕ close | s) − log π(A | s)
             conditional = (per_state[:, col.answer_body] - per_state[:, col.trigger]).clamp(max=0.0)
@@ -343,11 +359,11 @@ def _assemble(
             TraceScores(
                 answer_joint=per_state[:, col.joint],
                 answer_conditional=conditional,
-                suffixes=per_state[:, col.suffixes],
+                suffixes=suffixes,
                 path_prefix=None if col.path_prefix is None else per_state[:, col.path_prefix],
                 path_num_tokens=torch.tensor(plan.path_tokens[t]),
-                suffix_weight=trace.reference.num_segments / len(plan.suffix_columns[t]),
-                suffix_columns=plan.suffix_columns[t],
+                suffix_weight=trace.reference.num_segments / len(chosen) if chosen else 1.0,
+                suffix_columns=chosen,
                 tokens=tokens[t],
             )
         )

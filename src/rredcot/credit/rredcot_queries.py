@@ -151,6 +151,7 @@ def plan_queries(
     with_prefix: bool,
     conditional: bool,
     seed: int | str,
+    with_suffixes: bool = True,
 ) -> QueryPlan:
     """The queries that score every state of `traces` (encoded at `rows`) under `config`.
 
@@ -158,7 +159,8 @@ def plan_queries(
     once per prompt and reference (`config.suffixes`, seeded by `seed`), shared by its traces
     and all their states; a state already asked for (the same prompt, reference, prefix, kind
     and draw) is read off its first query rather than scored again. `with_prefix` and
-    `conditional` add the U* ⊕ A and the (A, A ⊕ y* ⊕ close) columns.
+    `conditional` add the U* ⊕ A and the (A, A ⊕ y* ⊕ close) columns; without
+    `with_suffixes` no reference suffix is scored (a potential that does not read v̂, w_v = 0).
     """
     built: dict[tuple[ReferencePath, tuple[str, bool]], Continuations] = {}
     draws: dict[tuple[tuple[int, ...], ReferencePath], tuple[int, ...]] = {}
@@ -188,7 +190,7 @@ def plan_queries(
         group = (tuple(trace.prompt_ids), ref)
         if group not in draws:
             m = j if config.suffixes == "all" else int(config.suffixes)
-            draws[group] = draw_suffixes(j, m, rng)
+            draws[group] = draw_suffixes(j, m, rng) if with_suffixes else ()
         chosen = draws[group]
         columns = Columns.layout(len(chosen), with_prefix, conditional)
         if config.join == "line":

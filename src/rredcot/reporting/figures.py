@@ -30,6 +30,7 @@ FAMILY_COLORS: dict[str, str] = {
     "ground_truth": "#8172b2",
     "baseline": "#7f7f7f",
     "null": "#000000",
+    "bayes": "#dd8452",
 }
 FAMILY_LABELS: dict[str, str] = {
     "mc": "Monte Carlo (N rollouts/state)",
@@ -37,6 +38,8 @@ FAMILY_LABELS: dict[str, str] = {
     "attribution": "attribution baselines",
     "ground_truth": "MC ground truth",
     "baseline": "random segment",
+    "bayes": "one-pass Bayes value (OPPO)",
+    "null": "null (knows only R)",
 }
 _NAMES: dict[str, str] = {
     "loo": "leave-one-out",
@@ -46,6 +49,8 @@ _NAMES: dict[str, str] = {
     "ground_truth": "MC ground truth",
     "random": "random segment",
     "null_R_only": "null (knows only R)",
+    "oppo_bayes": "OPPO Bayes value",
+    "oppo_bayes_token": "OPPO Bayes value, per token",
 }
 _RREDCOT_MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*"]
 
@@ -91,6 +96,20 @@ def says_no_rows(title: str) -> Callable[[Callable[..., Path]], Callable[..., Pa
         return figure
 
     return decorate
+
+
+def legend_right(fig: plt.Figure, ax: plt.Axes, title: str) -> None:
+    """One legend entry per label of `ax`, right of the figure."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
+    fig.legend(
+        list(seen.values()),
+        list(seen.keys()),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=False,
+        title=title,
+    )
 
 
 def ci_error_bars(rows: pl.DataFrame, mean: str, low: str, high: str) -> np.ndarray:
@@ -146,9 +165,8 @@ def estimator_agreement_figure(
                     )
             markers = iter(_RREDCOT_MARKERS * 4)
             shapes: dict[str, str] = {}
-            for row in part.filter(pl.col("family").is_in(["rredcot", "attribution"])).iter_rows(
-                named=True
-            ):
+            scored = pl.col("family").is_in(["rredcot", "bayes", "attribution"])
+            for row in part.filter(scored).iter_rows(named=True):
                 name = row["estimator"]
                 base = name.removesuffix("_joint")
                 shapes.setdefault(base, next(markers))
@@ -199,16 +217,7 @@ def estimator_agreement_figure(
             n = int(part["n_traces"][0]) if part.height else 0
             ax.set_title(f"{what}, {how} ({n} traces)")
             ax.set_ylim(-0.3, 1.05)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles, strict=True))
-    fig.legend(
-        list(seen.values()),
-        list(seen.keys()),
-        loc="center left",
-        bbox_to_anchor=(1.0, 0.5),
-        frameon=False,
-        title="estimator (open marker: joint answer-now)",
-    )
+    legend_right(fig, axes[0][0], "estimator (open marker: joint answer-now)")
     fig.suptitle("Credit estimators vs the Monte Carlo ground truth, on one common set of traces")
     fig.tight_layout()
     return save_figure(fig, path)
@@ -413,12 +422,128 @@ def error_localization_figure(table: pl.DataFrame, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
+def _frontier_label(name: str, configured: str | None) -> str:
+    """A frontier point's label: a form of the configured RREDCoT by what differs from it."""
+    if configured and name.startswith(configured):
+        rest = name.removeprefix(configured).removeprefix("_")
+        return "RREDCoT" + (f" {rest.replace('_', ' ')}" if rest else " (configured)")
+    return display_name(name)
+
+
+MEASURE_TITLES = {"spearman_credits": "per-trace Spearman ρ of credits σ"}
+
+
+@says_no_rows("Credit estimators: agreement with the MC ground truth against cost")
+def estimator_frontier_figure(
+    table: pl.DataFrame, path: str | Path, *, configured: str | None = None
+) -> Path:
+    """One panel per measure (rows) × cost (columns: forward tokens, seconds per trace, log
+    scale): every estimator's mean agreement; the best (dashed line) with its own 95% CI, every
+    other estimator with the paired 95% CI of its difference from the best drawn around its
+    point (a bar that reaches the dashed line: within the CI of the best); the Pareto front
+    (non-oracle estimators) as a step line through ringed points; oracles hollow. A cost of 0
+    (the null row) sits at the left edge, labelled."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    measures = table["measure"].unique(maintain_order=True).to_list()
+    axes_of = (
+        ("forward_tokens_per_trace", "tokens", "forward tokens per trace"),
+        ("seconds_per_trace", "seconds", "seconds per trace (this run's machine and load)"),
+    )
+    fig, axes = plt.subplots(
+        len(measures), len(axes_of), figsize=(16, 5.5 * len(measures)), squeeze=False
+    )
+    for r, measure in enumerate(measures):
+        part = table.filter(pl.col("measure") == measure)
+        for c, (column, axis, xlabel) in enumerate(axes_of):
+            ax = axes[r][c]
+            cost = part[column].cast(pl.Float64).to_numpy()
+            positive = cost[np.isfinite(cost) & (cost > 0)]
+            floor = positive.min() / 3 if positive.size else 1.0
+            x = np.where(np.isfinite(cost) & (cost > 0), cost, floor)
+            for i, row in enumerate(part.iter_rows(named=True)):
+                if not np.isfinite(cost[i]):
+                    continue
+                best = row["verdict_vs_best"] == "best"
+                y = row["agreement"]
+                low, high = (
+                    (row["ci95_low"], row["ci95_high"])
+                    if best
+                    else (
+                        y + row["diff_ci95_low"] - row["diff_vs_best"],
+                        y + row["diff_ci95_high"] - row["diff_vs_best"],
+                    )
+                )
+                color = FAMILY_COLORS.get(row["family"], "grey")
+                ax.errorbar(
+                    [x[i]],
+                    [y],
+                    yerr=np.nan_to_num([[y - low], [high - y]]),
+                    color=color,
+                    marker="D" if best else "o",
+                    markerfacecolor="white" if row["oracle"] else color,
+                    markeredgecolor="black" if row[f"pareto_{axis}"] else color,
+                    markeredgewidth=2.0 if row[f"pareto_{axis}"] else 1.0,
+                    markersize=8,
+                    capsize=3,
+                    linestyle="none",
+                    label="oracle (the key on the trace's own path)"
+                    if row["oracle"]
+                    else FAMILY_LABELS.get(row["family"], row["family"]),
+                )
+                label = _frontier_label(row["estimator"], configured)
+                if cost[i] == 0:
+                    label += " (cost 0)"
+                ax.annotate(
+                    label,
+                    (x[i], y),
+                    textcoords="offset points",
+                    xytext=(5, 4),
+                    fontsize=7,
+                    color=color,
+                )
+            front = part.with_columns(x=pl.Series(x)).filter(pl.col(f"pareto_{axis}")).sort("x")
+            if front.height:
+                ax.step(
+                    front["x"].to_numpy(),
+                    front["agreement"].to_numpy(),
+                    where="post",
+                    color="black",
+                    linewidth=1.0,
+                    alpha=0.6,
+                    label="Pareto front",
+                )
+            top = part.filter(pl.col("verdict_vs_best") == "best")
+            if top.height:
+                ax.axhline(
+                    top["agreement"][0],
+                    color="black",
+                    linestyle="--",
+                    linewidth=0.8,
+                    label="best (non-oracle)",
+                )
+            ax.axhline(0.0, color="grey", linewidth=0.6)
+            ax.set_xscale("log")
+            ax.set_xlabel(f"{xlabel} (log scale)")
+            title = MEASURE_TITLES.get(measure, "cosine of token advantages")
+            transform = part["transform"][0] if "transform" in part.columns else ""
+            ax.set_ylabel(f"{title}\n(mean over {int(part['n_traces'][0])} traces)")
+            ax.set_title(f"{measure}: {transform}", fontsize=10)
+    legend_right(fig, axes[0][0], "family (ringed: Pareto front; hollow: oracle)")
+    fig.suptitle(
+        "Credit estimators: agreement with the MC ground truth against cost "
+        "(bars: 95% CI of the difference from the best, paired over traces)"
+    )
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 __all__ = [
     "FAMILY_COLORS",
     "correlation_heatmap",
     "display_name",
     "error_localization_figure",
     "estimator_agreement_figure",
+    "estimator_frontier_figure",
     "mc_truncation_figure",
     "segmentation_sweep_figure",
 ]

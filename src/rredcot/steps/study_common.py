@@ -112,6 +112,17 @@ class Timer:
         log.info("time/%s_seconds: %.1f", self.name, time.perf_counter() - self.start)
 
 
+def estimate_sources(path: Path) -> dict[str, str]:
+    """`timed_in` (the step that wrote an estimate table and timed its estimators) and `machine`
+    (the machine it ran on), from the file's metadata (`write_estimates`; `not recorded` in a
+    file written before it was)."""
+    meta = pl.read_parquet_metadata(path)
+    return {
+        "timed_in": meta.get("step", "not recorded"),
+        "machine": meta.get("machine", "not recorded"),
+    }
+
+
 def read_estimates(paths: list[Path]) -> pl.DataFrame:
     """The long estimate tables of `study_mc` and `study_scored`, concatenated."""
     return pl.concat([read_table(p) for p in paths], how="vertical_relaxed")
@@ -190,11 +201,14 @@ def start_policy_step(p: argparse.ArgumentParser, *keys: str) -> PolicyStep:
     return PolicyStep(args, get_task(task_name), seed, settings, traces, segmentations)
 
 
-def write_estimates(estimates: pl.DataFrame, out: Path, what: str) -> None:
+def write_estimates(estimates: pl.DataFrame, out: Path, what: str, step: str) -> None:
     """Write a long estimate table and log its mean forward tokens and total seconds per
-    estimator."""
+    estimator. The file's metadata names the step that measured its seconds and the machine
+    it ran on (`estimate_sources`)."""
+    from rredcot.machine import machine_info, machine_label
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    estimates.write_parquet(out)
+    estimates.write_parquet(out, metadata={"step": step, "machine": machine_label(machine_info())})
     summary = estimates.group_by("estimator", maintain_order=True).agg(
         pl.col("forward_tokens").mean(), pl.col("seconds").sum()
     )

@@ -43,7 +43,7 @@ def main() -> None:
             seed=derive_seed(seed, MC_STREAM),
             tokenizer=load_tokenizer(args.policy),
         )
-    write_estimates(estimates, args.out, "MC")
+    write_estimates(estimates, args.out, "MC", "study_mc")
 
 
 if __name__ == "__main__":

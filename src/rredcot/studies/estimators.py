@@ -234,11 +234,12 @@ def rredcot_estimates(
         chunk = items[start : start + batch_traces]
         trs = [tr for _, tr in chunk]
         began = time.perf_counter()
+        # a number of `suffixes` draws them per prompt, seeded by the chunk's first trace
         if shared_pass:
-            by_name = rredcot_variants_batch(model, tokenizer, task, trs, group)
+            by_name = rredcot_variants_batch(model, tokenizer, task, trs, group, seed=start)
         else:
             ((name, cfg),) = group.items()
-            by_name = {name: rredcot_credit_batch(model, tokenizer, task, trs, cfg)}
+            by_name = {name: rredcot_credit_batch(model, tokenizer, task, trs, cfg, seed=start)}
         elapsed = time.perf_counter() - began
         for name, results in by_name.items():
             tokens = {t: r.forward_tokens for (t, _), r in zip(chunk, results, strict=True)}
@@ -271,6 +272,7 @@ def bayes_estimates(
     *,
     batch_traces: int = 64,
     reference_column: str = "reference",
+    name: str = BAYES_NAME,
 ) -> pl.DataFrame:
     """σ and V̂(s_k) = p_{b_k} of the one-pass Bayes value (METHOD.md §8) at every segment
     boundary, `batch_traces` traces per pair of passes (x ⊕ τ and x ⊕ O ⊕ τ, O the reference in
@@ -280,7 +282,9 @@ def bayes_estimates(
     group, so `prior: group_mean` takes p_0 = the mean reward of the scored traces (the study
     set); `half` takes 0.5. Costs per trace: the real tokens of both passes (the prompt, the
     oracle prompt and τ twice); seconds: the chunk's time shared by those tokens. Traces without
-    a reference, or without a segment, get no row.
+    a reference, or without a segment, get no row. `name`: the estimator's name (a segmentation
+    with a boundary at every token gives OPPO's token-level form, σ_t = the `delta` advantage
+    a_t; `rredcot.studies.variants`).
     """
     import torch
 
@@ -333,7 +337,7 @@ def bayes_estimates(
             rows.append(
                 {
                     "trace_index": t,
-                    "estimator": BAYES_NAME,
+                    "estimator": name,
                     "family": "bayes",
                     "n_rollouts": None,
                     "sigma": bayes_segment_credit(p[i], bounds, row["reward"]).tolist(),

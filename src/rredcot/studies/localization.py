@@ -162,16 +162,17 @@ def localization_sets(
     """The trace sets of the localization table: label -> (true segments, estimates).
 
     `all_incorrect`: every incorrect trace (`truth`), RREDCoT on every reference kind, the
-    attributions and the null row; `agreement_incorrect`: the agreement set's incorrect traces
-    (`agreement_truth`), the reference estimator, MC, the ground truth and the null row; then,
+    one-pass Bayes value, the attributions and the null row; `agreement_incorrect`: the
+    agreement set's incorrect traces (`agreement_truth`), the reference estimator, MC, the
+    ground truth and the null row; then,
     per overlap bin of the configured reference (`overlap_subsets`: label -> trace indices),
-    `incorrect <label>`: those incorrect traces, RREDCoT on every reference kind and the null
-    row."""
+    `incorrect <label>`: those incorrect traces, RREDCoT on every reference kind, the Bayes
+    value and the null row."""
     family, name = pl.col("family"), pl.col("estimator")
     sets = {
         "all_incorrect": (
             truth,
-            estimates.filter(family.is_in(["rredcot", "attribution", "null"])),
+            estimates.filter(family.is_in(["rredcot", "bayes", "attribution", "null"])),
         ),
         "agreement_incorrect": (
             agreement_truth,
@@ -183,7 +184,10 @@ def localization_sets(
     for label, chosen in (overlap_subsets or {}).items():
         rows = truth.filter(pl.col("trace_index").is_in(list(chosen)))
         if rows.height:
-            sets[f"incorrect {label}"] = (rows, estimates.filter(family.is_in(["rredcot", "null"])))
+            sets[f"incorrect {label}"] = (
+                rows,
+                estimates.filter(family.is_in(["rredcot", "bayes", "null"])),
+            )
     return sets
 
 

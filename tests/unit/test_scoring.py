@@ -518,16 +518,19 @@ def test_queries_over_shared_prompts_match_naive_property(model, vocab, data):
         torch.testing.assert_close(table, want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize(("impl", "dtype", "atol"), VARIANTS)
-def test_encoded_token_scores_match_token_logprobs(vocab, impl, dtype, atol):
+def test_encoded_token_scores_match_token_logprobs(vocab, impl, dtype, atol, split, monkeypatch):
     """The encoding's per-token log-probs and entropies (the segmentation's input) are those of
-    one plain teacher-forced pass, whatever the batch: shared prompts, other lengths, padding."""
+    one plain teacher-forced pass, whatever the batch: shared prompts, other lengths, padding;
+    `split` (no mask) in chunks of 4 tokens, so the 9-token response takes three."""
+    monkeypatch.setattr("rredcot.scoring.encoding.SPLIT_PASS_TOKENS", 4)
     model = _model(impl, dtype)
     rng = random.Random(8)
     prompt = _ids(rng, 5, vocab)
     prompts = [prompt, prompt, _ids(rng, 2, vocab), prompt]
     responses = [_ids(rng, 9, vocab), _ids(rng, 3, vocab), _ids(rng, 6, vocab), []]
-    encoded = encode_traces(model, prompts, responses)
+    encoded = encode_traces(model, prompts, responses, split=split)
     assert encoded.forward_tokens == 5 + 2 + 9 + 3 + 6  # each distinct prompt once
     assert encoded.hidden.shape[:2] == (4, 1 + 9)
     scores = encoded.token_scores(model)
@@ -889,17 +892,24 @@ def test_layout_must_be_known():
     "prune", [None, Pruning(4.0, first_chunk=2), Pruning(1e9, first_chunk=3)], ids=str
 )
 @pytest.mark.parametrize("row_tokens", [None, 0, 7])
-def test_split_layout_equals_the_shared_layout_in_float32(impl, prune, row_tokens):
-    """The split layout against the default (`shared`) in float32, within 1e-5: several traces
-    (one longer than the encoding's chunk, two sharing a prompt), ragged continuations (1-40
-    tokens), pruning off, on, and on with nothing dropped (every later round runs on the keys
-    of the earlier ones); one pass for all (None), a pass per state (0), narrow passes (7)."""
+def test_split_layout_equals_the_shared_layout_in_float32(impl, prune, row_tokens, monkeypatch):
+    """The split path (its encoding, in chunks of 100 tokens, and its passes) against the
+    default (`shared`, dense encoding) in float32, within 1e-5: several traces (one longer
+    than the encoding's chunks, two sharing a prompt), ragged continuations (1-40 tokens),
+    pruning off, on, and on with nothing dropped (every later round runs on the keys of the
+    earlier ones); one pass for all (None), a pass per state (0), narrow passes (7)."""
+    monkeypatch.setattr("rredcot.scoring.encoding.SPLIT_PASS_TOKENS", 100)
     model = _model(impl)
     prompts, responses, queries = _long_case(random.Random(11))
     encoded = encode_traces(model, prompts, responses)
     shared = score_encoded(model, encoded, queries, prune=prune)
     split = score_encoded(
-        model, encoded, queries, prune=prune, row_tokens=row_tokens, layout="split"
+        model,
+        encode_traces(model, prompts, responses, split=True),
+        queries,
+        prune=prune,
+        row_tokens=row_tokens,
+        layout="split",
     )
     for got, want in zip(split, shared, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)  # same −inf entries too
@@ -926,8 +936,11 @@ def test_split_layout_scores_the_rows_of_many_traces_in_one_pass():
 def test_split_layout_refuses_what_it_cannot_score(monkeypatch):
     encoded = encode_traces(_F64, [[1, 2]], [[3, 4]])
     queries = [StateQuery(0, [0, 2], [[5, 6, 7]])]
+    meta = _model().to("meta")
     with pytest.raises(ValueError, match="CPU only.*meta"):
-        score_encoded(_model().to("meta"), encoded, queries, layout="split")
+        score_encoded(meta, encoded, queries, layout="split")
+    with pytest.raises(ValueError, match="CPU only.*meta"):
+        encode_traces(meta, [[1, 2]], [[3, 4]], split=True)
     monkeypatch.setattr("rredcot.scoring.split._FLASH_OP", "_no_such_op")
     with pytest.raises(ValueError, match="_no_such_op"):
         score_encoded(_F64, encoded, queries, layout="split")

@@ -15,7 +15,8 @@ own; `row_tokens` 0: one row per state). Three layouts then run the rows (`LAYOU
 - `split` (CPU): rows of any traces share a pass (`split_passes`), which builds no mask: each
   token attends over its trace's cache slots (a view, as in `shared`) and over its own block
   apart, and the two are joined by their log-sum-exps (`scoring.split`). Without a mask a pass
-  can be wide, so there are few passes, and the kernel computes no masked entries.
+  can be wide, so there are few passes, and the kernel computes no masked entries (the
+  layout's encoding, `encode_traces(split=True)`, likewise).
 
 Why rows of ~`row_tokens` tokens: attention inside a row costs width × (span + width) entries,
 most of the width × width part masked, and the span is its latest state's; narrow rows keep

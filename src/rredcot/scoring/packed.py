@@ -263,6 +263,7 @@ def score_states_batch(
         [p for p, _ in distinct],
         [r for _, r in distinct],
         max_tokens_per_pass=max_tokens_per_pass,
+        split=layout == "split",
     )
     queries = [
         StateQuery(row, list(s.boundaries), s.continuations)

@@ -12,7 +12,9 @@ keys). The two are joined exactly by their log-sum-exps l_A, l_B:
 
     out = e^(l_A − l)·o_A + e^(l_B − l)·o_B,   l = log(e^l_A + e^l_B),
 
-so the scores equal the dense layouts' up to float rounding. The log-sum-exp comes from
+so the scores equal the dense layouts' up to float rounding. The layout's encoding runs its
+response chunks the same way (`encoding._split_chunk`: a chunk's own tokens causally, the
+prompt and earlier chunks unmasked). The log-sum-exp comes from
 torch's CPU flash-attention kernel (`aten::_scaled_dot_product_flash_attention_for_cpu`, a
 private op: `check_split` refuses a model it cannot serve). The model's attention modules call
 `split_attention` through transformers' attention registry while `dispatch` is active; the

@@ -48,8 +48,8 @@ SHARED_ROW_MAX = 4096
 SPLIT_PASS_TOKENS = 2048
 """Default tokens per pass of the `split` layout: it builds no mask, so a pass holds its
 activations only (~0.1 GiB at Qwen3-4B in bf16, mostly the MLP's), and wide passes amortise
-the per-pass overhead that dominates at short traces (the default's step made ~190 `shared`
-passes of ~15 ms each, rough: a loaded 2-core machine)."""
+the per-pass overhead that dominates at short traces (a step-like batch of 64 short traces
+made 187 `shared` passes of ~10-15 ms each, rough: a loaded 2-core machine)."""
 
 PAD_SLACK = 0.05
 """A pass takes one more row while its padding stays within this fraction of its real tokens."""

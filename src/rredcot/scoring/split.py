@@ -14,11 +14,11 @@ keys). The two are joined exactly by their log-sum-exps l_A, l_B:
 
 so the scores equal the dense layouts' up to float rounding. The layout's encoding runs its
 response chunks the same way (`encoding._split_chunk`: a chunk's own tokens causally, the
-prompt and earlier chunks unmasked). The log-sum-exp comes from
-torch's CPU flash-attention kernel (`aten::_scaled_dot_product_flash_attention_for_cpu`, a
-private op: `check_split` refuses a model it cannot serve). The model's attention modules call
-`split_attention` through transformers' attention registry while `dispatch` is active; the
-plan (`SplitPlan`) rides in the slot of the attention mask.
+prompt and earlier chunks unmasked). The log-sum-exps come from torch's CPU flash-attention
+kernel (`aten::_scaled_dot_product_flash_attention_for_cpu`, a private op: `check_split`
+refuses a model it cannot serve). The model's attention modules call `split_attention`
+through transformers' attention registry while `dispatch` is active; the plan (`SplitPlan`)
+rides in the slot of the attention mask.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ On the embedded default's tiny Qwen3 (random weights, byte tokenizer) and synthe
 for every trace length T (response tokens; default 256 … 4096, with `--long` also 8192 and 16384
 at K = `--long-ks`, 8 and 16) and number of segments K (default 4, 8, 16), one batch of
 `--traces` traces is scored by `rredcot_credit_batch` (METHOD.md §3) in each scoring layout
-(`--layouts`: `shared`, the default, whose rows read their trace's KV cache in place, and
-`packed`, the earlier layout, where every packed row carries a copy of it) and, on the same
-batch, one training forward + backward is run (model(x ⊕ τ).logits → mean −log π over the
-response tokens → backward). Printed per (T, K, layout, pruning), and written with `--csv PATH`:
+(`--layouts`: `shared`, the default, whose rows read their trace's KV cache in place;
+`packed`, the earlier layout, where every packed row carries a copy of it; `split`, rows of
+many traces per pass without a mask) and, on the same batch, one training forward + backward
+is run (model(x ⊕ τ).logits → mean −log π over the response tokens → backward). Printed per
+(T, K, layout, pruning), and written with `--csv PATH`:
 
 - forward tokens of the credit (`RREDCoTResult.forward_tokens`: trace encoding, state 0 once
   per prompt, every continuation token run) and `credit_token_ratio`, their ratio to the
@@ -24,6 +25,10 @@ response tokens → backward). Printed per (T, K, layout, pruning), and written 
   attention reads; a `packed` row also copies them), machine-independent like the tokens;
 - both for the default config (pruning on, `prune_nats` 30) and, where it fits
   (`--noprune-max-len`), pruning off (every reference suffix scored in full: the worst case).
+
+At T ≥ 4096 the pruned time ratios are printed again against issue 47's targets (`TARGETS`:
+≤ 1.0x at T = 4096, K = 8 and ≤ 1.2x at K = 16); `--targets` runs only those shapes and
+T = 16384 (`--target-lengths`, `--target-ks`), pruning on, in the `shared` and `split` layouts.
 
 Then, at K = `--naive-k` (16), packed scoring vs naive: `rredcot_credit_batch` without pruning
 (each layout) and with it (default layout) against the naive path, which scores the same
@@ -76,6 +81,8 @@ asserts nothing.
         --layouts shared --csv long.csv            # T = 8192, 16384 at K = 8, 16 (~15 min)
     OMP_NUM_THREADS=1 python bench/bench_credit_scaling.py --traces-sweep 4 8 16 32 \\
         --sweep-csv sweep.csv                      # peak memory vs traces per step (~2 min)
+    OMP_NUM_THREADS=1 python bench/bench_credit_scaling.py --targets --repeats 3 \\
+        --csv targets.csv                          # issue 47's T × K, shared and split
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ import rredcot.scoring.pruning as pruning_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, Trace, rredcot_credit_batch
 from rredcot.models.tiny import DEFAULT_TINY_ARCH, build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
-from rredcot.scoring.layout import LAYOUTS, _plan_passes
+from rredcot.scoring.layout import LAYOUTS, _plan_passes, _Row, split_passes
 from rredcot.scoring.logprobs import sequence_logprob_naive
 from rredcot.tasks.synthetic import SyntheticTask
 
@@ -175,10 +182,23 @@ def timed(
     return statistics.median(seconds), max(peaks), out
 
 
+def split_slots(rows: list[_Row], width: int) -> int:
+    """Trace cache slots the `split` passes of `rows` read: per pass, each (trace, state) run's
+    span once (P + b + skip; row.span is P plus the row's largest b + skip)."""
+    total = 0
+    for batch in split_passes(rows, width):
+        spans = set()
+        for row in batch:
+            prompt = row.span - max(bl.b + bl.skip for bl in row.blocks)
+            spans |= {(row.trace, prompt + bl.b + bl.skip) for bl in row.blocks}
+        total += sum(span for _, span in spans)
+    return total
+
+
 class SlotCounter:
     """Counts the trace cache slots the continuation passes read (wraps `run_rows`): a
     `shared` row reads its span once; a `packed` pass reads (and copies) its longest span per
-    row."""
+    row; a `split` pass reads the span of each of its (trace, state) runs once."""
 
     def __init__(self) -> None:
         self.slots = 0
@@ -186,11 +206,14 @@ class SlotCounter:
 
     def __enter__(self) -> SlotCounter:
         def counting(*args: Any) -> Any:
-            rows, layout, cap = args[3], args[7], args[8]
-            if layout == "packed":
+            rows, passes = args[3], args[7]
+            if passes.layout == "packed":
                 self.slots += sum(
-                    len(batch) * max(row.span for row in batch) for batch in _plan_passes(rows, cap)
+                    len(batch) * max(row.span for row in batch)
+                    for batch in _plan_passes(rows, passes.cap)
                 )
+            elif passes.layout == "split":
+                self.slots += split_slots(rows, passes.row_tokens)
             else:
                 self.slots += sum(row.span for row in rows)
             return self.original(*args)
@@ -328,7 +351,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--long-lengths", type=int, nargs="+", default=[8192, 16384])
     parser.add_argument("--long-ks", type=int, nargs="+", default=[8, 16])
     parser.add_argument(
-        "--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS), help="scoring layouts"
+        "--layouts",
+        nargs="+",
+        choices=LAYOUTS,
+        default=None,
+        help="scoring layouts (default: all; with --targets: shared and split)",
     )
     parser.add_argument(
         "--packed-max-len", type=int, default=None, help="largest T for the packed layout"
@@ -389,12 +416,25 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="T 256 … 1024, K 4 and 16, pruning off and naive up to T 512 (about a minute)",
     )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="only T = --target-lengths × K = --target-ks, pruning on, no naive table; "
+        "prints each ratio against its target (TARGETS)",
+    )
+    parser.add_argument("--target-lengths", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--target-ks", type=int, nargs="+", default=[8, 16])
     args = parser.parse_args()
+    if args.layouts is None:
+        args.layouts = ["shared", "split"] if args.targets else list(LAYOUTS)
     if args.quick:
         args.lengths = [n for n in args.lengths if n <= 1024]
         args.ks = [k for k in args.ks if k in (4, 16)] or args.ks[:1]
         args.noprune_max_len = min(args.noprune_max_len, 512)
         args.naive_max_len = min(args.naive_max_len, 512)
+    if args.targets:
+        args.lengths, args.ks, args.long = args.target_lengths, args.target_ks, False
+        args.noprune_max_len = args.naive_max_len = 0
     return args
 
 
@@ -528,8 +568,11 @@ def main() -> None:
     if args.csv is not None:
         print(f"wrote {args.csv}")
 
-    speedups = naive_table(args, model, tokenizer, task, configs, batches, naive_lengths, clock)
+    speedups = []
+    if naive_lengths:
+        speedups = naive_table(args, model, tokenizer, task, configs, batches, naive_lengths, clock)
     summary(args, rows, speedups)
+    target_table([r for r in rows if args.targets or r["T"] >= 4096])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
     print(f"total wall time {time.perf_counter() - wall_start:.0f} s; peak RSS {peak:.1f} GiB")
 
@@ -714,6 +757,32 @@ def naive_table(
             + f" │ {pruned_s / n:>8.3f} {fmt_ratio(speedups['pruned']):>8} │ {diff:>11.2e}"
         )
     return out
+
+
+TARGETS: dict[tuple[int, int], float] = {(4096, 8): 1.0, (4096, 16): 1.2}
+"""(T, K) -> the most the pruned credit may cost, in training forwards+backwards of the same
+batch, on a 2-core CPU (issue 47, item 4; the tiny model's shapes of this script)."""
+
+
+def target_table(rows: list[dict[str, Any]]) -> None:
+    """The pruned credit's time ratio of each of `rows`, against its target where `TARGETS`
+    names one."""
+    long = [r for r in rows if r["pruning"] == "on"]
+    if not long:
+        return
+    print("\ncredit / training forward+backward (pruning on), against TARGETS:")
+    for r in long:
+        target = TARGETS.get((r["T"], r["K"]))
+        verdict = (
+            "no target"
+            if target is None
+            else f"target ≤ {target:.2f}x: "
+            + ("met" if r["credit_time_ratio"] <= target else "not met")
+        )
+        print(
+            f"  T = {r['T']:>5}, K = {r['K']:>2}, {r['layout']:>6}: "
+            f"{r['credit_time_ratio']:.2f}x ({verdict})"
+        )
 
 
 def summary(

@@ -6,8 +6,10 @@
    continuation); the packed scorer encodes the trace once and scores all continuations in a
    few more passes.
 2. A training step's job: G prompts × n responses (a GRPO batch; the responses of a prompt
-   share its continuations), K states each, scored in one call with several packed row widths
-   (`row_tokens`, the choice behind `rredcot.scoring.packed.ROW_TOKENS`).
+   share its continuations), K states each, scored in one call with several row widths
+   (`row_tokens`, the choice behind `rredcot.scoring.layout.ROW_TOKENS`), then in each layout
+   at its default width (`shared`: a row of one trace per pass; `split`: rows of many traces
+   per pass, no mask) with its passes and its largest |difference| from `shared`.
 Times are the process's CPU seconds (median of `--repeats`), which a busy shared machine
 disturbs less than wall time. Prints tables; asserts nothing.
 Run: `python bench/bench_scoring.py [--threads 1]`.
@@ -24,6 +26,7 @@ import torch
 
 from rredcot.models.tiny import DEFAULT_TINY_ARCH, build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.scoring.layout import LAYOUTS
 from rredcot.scoring.logprobs import sequence_logprob_naive
 from rredcot.scoring.packed import TraceSpec, score_states, score_states_batch
 
@@ -153,6 +156,17 @@ def main() -> None:
     for row_tokens in (0, 16, 32, 64, 128, 256, 1024):
         t = timed(lambda r=row_tokens: score_states_batch(model, group, row_tokens=r), args.repeats)
         print(f"{row_tokens:>10} {t:>8.3f}")
+
+    print(f"\n{'layout':>10} {'cpu s':>8} {'passes':>7} {'max |diff|':>11}")
+    default = score_states_batch(model, group)
+    for layout in LAYOUTS:
+        t = timed(lambda lay=layout: score_states_batch(model, group, layout=lay), args.repeats)
+        calls: list[int] = []  # forward passes of the body, the encoding's included
+        hook = model.get_decoder().register_forward_hook(lambda *_, c=calls: c.append(1))
+        got = score_states_batch(model, group, layout=layout)
+        hook.remove()
+        diff = max(float((a - b).abs().max()) for a, b in zip(got, default, strict=True))
+        print(f"{layout:>10} {t:>8.3f} {len(calls):>7} {diff:>11.2e}")
 
 
 if __name__ == "__main__":

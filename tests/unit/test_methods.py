@@ -278,6 +278,33 @@ def test_rredcot_scores_identical_responses_once(model, tokenizer):
     assert credit.forward_tokens == alone.forward_tokens
 
 
+def _record(monkeypatch, name: str, keyword: str) -> list:
+    """The `keyword` argument of every later call of the rredcot method module's `name`."""
+    seen = []
+    real = getattr(rredcot_method_module, name)
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs[keyword])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rredcot_method_module, name, spy)
+    return seen
+
+
+def test_rredcot_split_layout_gives_the_default_credit(model, tokenizer, monkeypatch):
+    """`layout: split` (its encoding too: the batch carries no generation to reuse) gives the
+    default layout's σ to float rounding, for the same tokens."""
+    split_flags = _record(monkeypatch, "encode_within_budget", "split")
+    batch = make_batch(tokenizer)
+    shared = method("rredcot", tokenizer).segment_credit(batch, model)
+    split = method("rredcot", tokenizer, rredcot=RREDCoTConfig(layout="split"))
+    credit = split.segment_credit(batch, model)
+    assert split_flags == [False, True]
+    assert credit.forward_tokens == shared.forward_tokens
+    for got, want in zip(credit.sigmas, shared.sigmas, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
 def test_rredcot_with_sampled_suffixes_draws_per_step(model, tokenizer, monkeypatch):
     """suffixes = 1: cheaper than all, and the draw is seeded by the run's seed and the step."""
     sampled = method("rredcot", tokenizer, rredcot=RREDCoTConfig(suffixes=1))
@@ -288,14 +315,7 @@ def test_rredcot_with_sampled_suffixes_draws_per_step(model, tokenizer, monkeypa
     assert credit.forward_tokens < every.segment_credit(batch, model).forward_tokens
     for a, b in zip(credit.sigmas, again.sigmas, strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
-    seeds = []
-    real = rredcot_method_module.rredcot_credit_batch
-
-    def spy(*args, **kwargs):
-        seeds.append(kwargs["seed"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(rredcot_method_module, "rredcot_credit_batch", spy)
+    seeds = _record(monkeypatch, "rredcot_credit_batch", "seed")
     sampled.segment_credit(dataclasses.replace(batch, step=7, seed=2), model)
     assert seeds == ["2/7"]
 

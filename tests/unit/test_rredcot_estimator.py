@@ -885,22 +885,24 @@ def test_pruned_credit_is_within_its_bound_and_cheaper(model, tokenizer):
     assert pruned.forward_tokens < exact.forward_tokens
 
 
+@pytest.mark.parametrize("layout", ["packed", "split"])
 @pytest.mark.parametrize("prune_nats", [None, 30.0])
-def test_credit_is_the_same_in_both_scoring_layouts(model, tokenizer, prune_nats):
+def test_credit_is_the_same_in_every_scoring_layout(model, tokenizer, prune_nats, layout):
     # `layout` changes where suffix tokens meet the trace's cache, not what is computed.
     task = get_task("synthetic")
     ref = ReferencePath.from_row(task, ROW)
-    trace = Trace(*_trace(tokenizer, WRONG), ref, 0.0)
+    traces = [Trace(*_trace(tokenizer, t), ref, r) for t, r in ((WRONG, 0.0), (SOLUTION, 1.0))]
     assert RREDCoTConfig().layout == "shared"
-    shared, packed = (
+    shared, other = (
         rredcot_credit_batch(
-            model, tokenizer, task, [trace], RREDCoTConfig(prune_nats=prune_nats, layout=layout)
-        )[0]
-        for layout in ("shared", "packed")
+            model, tokenizer, task, traces, RREDCoTConfig(prune_nats=prune_nats, layout=name)
+        )
+        for name in ("shared", layout)
     )
-    assert shared.forward_tokens == packed.forward_tokens
-    torch.testing.assert_close(shared.suffix_logprobs, packed.suffix_logprobs, atol=1e-9, rtol=0)
-    torch.testing.assert_close(shared.sigma, packed.sigma, atol=1e-9, rtol=0)
+    for a, b in zip(shared, other, strict=True):
+        assert a.forward_tokens == b.forward_tokens
+        torch.testing.assert_close(a.suffix_logprobs, b.suffix_logprobs, atol=1e-9, rtol=0)
+        torch.testing.assert_close(a.sigma, b.sigma, atol=1e-9, rtol=0)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ from rredcot.scoring.packed import (
     encoding_from_generation,
     score_encoded,
 )
+from rredcot.scoring.split import dispatch
 
 ARCH = {
     "hidden_size": 64,
@@ -517,16 +518,19 @@ def test_queries_over_shared_prompts_match_naive_property(model, vocab, data):
         torch.testing.assert_close(table, want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize(("impl", "dtype", "atol"), VARIANTS)
-def test_encoded_token_scores_match_token_logprobs(vocab, impl, dtype, atol):
+def test_encoded_token_scores_match_token_logprobs(vocab, impl, dtype, atol, split, monkeypatch):
     """The encoding's per-token log-probs and entropies (the segmentation's input) are those of
-    one plain teacher-forced pass, whatever the batch: shared prompts, other lengths, padding."""
+    one plain teacher-forced pass, whatever the batch: shared prompts, other lengths, padding;
+    `split` (no mask) in chunks of 4 tokens, so the 9-token response takes three."""
+    monkeypatch.setattr("rredcot.scoring.encoding.SPLIT_PASS_TOKENS", 4)
     model = _model(impl, dtype)
     rng = random.Random(8)
     prompt = _ids(rng, 5, vocab)
     prompts = [prompt, prompt, _ids(rng, 2, vocab), prompt]
     responses = [_ids(rng, 9, vocab), _ids(rng, 3, vocab), _ids(rng, 6, vocab), []]
-    encoded = encode_traces(model, prompts, responses)
+    encoded = encode_traces(model, prompts, responses, split=split)
     assert encoded.forward_tokens == 5 + 2 + 9 + 3 + 6  # each distinct prompt once
     assert encoded.hidden.shape[:2] == (4, 1 + 9)
     scores = encoded.token_scores(model)
@@ -692,13 +696,15 @@ def _check(table: torch.Tensor, naive: torch.Tensor, prune: Pruning | None, atol
     assert (naive[~kept] < bound[~kept] + atol).all()
 
 
+@pytest.mark.parametrize("layout", ["shared", "split"])
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
-def test_shared_layout_matches_naive_property(data):
+def test_shared_and_split_layouts_match_naive_property(layout, data):
     """Random traces (some sharing a prompt, lengths 0-24), queries at any states, any row
-    width and cap, with or without pruning (any first chunk and kept-token bound)."""
+    (`split`: pass) width and cap, with or without pruning (any first chunk and kept-token
+    bound)."""
     traces, queries = _draw_queries(data, VOCAB, max_len=24, max_cont=14, follows=True)
     prune = None
     if data.draw(st.booleans(), label="prune"):
@@ -718,7 +724,7 @@ def test_shared_layout_matches_naive_property(data):
         max_tokens_per_pass=cap,
         row_tokens=row_tokens,
         prune=prune,
-        layout="shared",
+        layout=layout,
     )
     for query, table in zip(queries, got, strict=True):
         prompt, response = traces[query.trace]
@@ -761,8 +767,9 @@ def test_shared_layout_matches_naive_and_packed_on_long_traces(impl, dtype, atol
         torch.testing.assert_close(got, old, atol=2 * atol, rtol=0)  # same −inf entries too
 
 
-def test_shared_layout_under_lora_scores_the_adapted_policy(with_lora):
-    """A peft model (base ⊕ adapter): the shared rows run the adapter too, pruned or not."""
+@pytest.mark.parametrize("layout", ["shared", "split"])
+def test_shared_and_split_layouts_under_lora_score_the_adapted_policy(with_lora, layout):
+    """A peft model (base ⊕ adapter): the rows run the adapter too, pruned or not."""
     adapted = with_lora(_F64).eval()
     rng = random.Random(4)
     specs = [
@@ -779,7 +786,7 @@ def test_shared_layout_under_lora_scores_the_adapted_policy(with_lora):
             adapted, [s.prompt_ids for s in specs], [s.response_ids for s in specs]
         )
         queries = [StateQuery(i, s.boundaries, s.continuations) for i, s in enumerate(specs)]
-        got = score_encoded(adapted, encoded, queries, prune=prune)
+        got = score_encoded(adapted, encoded, queries, prune=prune, layout=layout)
         base = score_encoded(
             _F64,
             encode_traces(_F64, [s.prompt_ids for s in specs], [s.response_ids for s in specs]),
@@ -789,7 +796,7 @@ def test_shared_layout_under_lora_scores_the_adapted_policy(with_lora):
             naive = _naive_query(adapted, list(spec.prompt_ids), list(spec.response_ids), query)
             _check(table, naive, prune, 1e-10)
             assert (table[:, 0] - on_base[:, 0]).abs().max() > 1e-3  # the adapter matters
-    assert score_states_batch(adapted, specs)[1].shape == (3, 2)
+    assert score_states_batch(adapted, specs, layout=layout)[1].shape == (3, 2)
 
 
 class _KeySpy:
@@ -842,9 +849,11 @@ def test_shared_rows_read_the_trace_cache_in_place_packed_rows_copy_it(impl, mon
             assert not seen & buffers
 
 
-def test_shared_scoring_leaves_the_encoding_as_it_was():
-    """Rows are written into the trace's cache for their pass and put back: after scoring
-    (pruning rounds, states at the traces' ends) the encoding is bit for bit the same."""
+@pytest.mark.parametrize("layout", ["shared", "split"])
+def test_shared_and_split_scoring_leave_the_encoding_as_it_was(layout):
+    """Shared rows are written into the trace's cache for their pass and put back (split
+    passes never write it): after scoring (pruning rounds, states at the traces' ends) the
+    encoding is bit for bit the same."""
     prompts, responses, queries = _long_case(random.Random(2))
     encoded = encode_traces(_F64, prompts, responses)
     before = EncodedTraces(
@@ -856,10 +865,11 @@ def test_shared_scoring_leaves_the_encoding_as_it_was():
         encoded.hidden.clone(),
         encoded.forward_tokens,
     )
-    first = score_encoded(_F64, encoded, queries, prune=Pruning(3.0, first_chunk=2))
+    prune = Pruning(3.0, first_chunk=2)
+    first = score_encoded(_F64, encoded, queries, prune=prune, layout=layout)
     for got, want in zip(encoded.keys + encoded.values, before.keys + before.values, strict=True):
         assert torch.equal(got, want)
-    again = score_encoded(_F64, encoded, queries, prune=Pruning(3.0, first_chunk=2))
+    again = score_encoded(_F64, encoded, queries, prune=prune, layout=layout)
     for a, b in zip(first, again, strict=True):
         assert torch.equal(a, b)
 
@@ -870,3 +880,77 @@ def test_layout_must_be_known():
         score_encoded(_F64, encoded, [StateQuery(0, [0], [[1, 2]])], layout="tree")
     with pytest.raises(ValueError, match="layout"):
         score_states_batch(_F64, [], layout="tree")
+
+
+# --------------------------------------------------------------------------- split layout
+# Rows of many traces per pass, no mask: each token's trace slots and its own block attended
+# apart and joined by their log-sum-exps (`rredcot.scoring.split`); exact to float rounding.
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize(
+    "prune", [None, Pruning(4.0, first_chunk=2), Pruning(1e9, first_chunk=3)], ids=str
+)
+@pytest.mark.parametrize("row_tokens", [None, 0, 7])
+def test_split_layout_equals_the_shared_layout_in_float32(impl, prune, row_tokens, monkeypatch):
+    """The split path (its encoding, in chunks of 100 tokens, and its passes) against the
+    default (`shared`, dense encoding) in float32, within 1e-5: several traces (one longer
+    than the encoding's chunks, two sharing a prompt), ragged continuations (1-40 tokens),
+    pruning off, on, and on with nothing dropped (every later round runs on the keys of the
+    earlier ones); one pass for all (None), a pass per state (0), narrow passes (7)."""
+    monkeypatch.setattr("rredcot.scoring.encoding.SPLIT_PASS_TOKENS", 100)
+    model = _model(impl)
+    prompts, responses, queries = _long_case(random.Random(11))
+    encoded = encode_traces(model, prompts, responses)
+    shared = score_encoded(model, encoded, queries, prune=prune)
+    split = score_encoded(
+        model,
+        encode_traces(model, prompts, responses, split=True),
+        queries,
+        prune=prune,
+        row_tokens=row_tokens,
+        layout="split",
+    )
+    for got, want in zip(split, shared, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)  # same −inf entries too
+
+
+def test_split_layout_scores_the_rows_of_many_traces_in_one_pass():
+    """Six traces' continuations (414 tokens) fit one split pass; the shared layout runs a
+    row of one trace per pass."""
+    rng = random.Random(5)
+    prompts = [_ids(rng, 4, VOCAB) for _ in range(6)]
+    responses = [_ids(rng, 20, VOCAB) for _ in range(6)]
+    conts = [[_ids(rng, n, VOCAB) for n in (3, 9, 14)] for _ in range(6)]
+    queries = [StateQuery(i, [0, 7, 20], conts[i]) for i in range(6)]
+    encoded = encode_traces(_F64, prompts, responses)
+    passes = {
+        layout: _count_passes(
+            _F64, lambda layout=layout: score_encoded(_F64, encoded, queries, layout=layout)
+        )
+        for layout in ("shared", "split")
+    }
+    assert passes == {"shared": 6, "split": 1}
+
+
+def test_split_layout_refuses_what_it_cannot_score(monkeypatch):
+    encoded = encode_traces(_F64, [[1, 2]], [[3, 4]])
+    queries = [StateQuery(0, [0, 2], [[5, 6, 7]])]
+    meta = _model().to("meta")
+    with pytest.raises(ValueError, match="CPU only.*meta"):
+        score_encoded(meta, encoded, queries, layout="split")
+    with pytest.raises(ValueError, match="CPU only.*meta"):
+        encode_traces(meta, [[1, 2]], [[3, 4]], split=True)
+    monkeypatch.setattr("rredcot.scoring.split._FLASH_OP", "_no_such_op")
+    with pytest.raises(ValueError, match="_no_such_op"):
+        score_encoded(_F64, encoded, queries, layout="split")
+
+
+def test_split_attention_refuses_a_pass_without_its_plan():
+    """Under `dispatch` an attention call without its plan (a model that built or got a plain
+    mask) fails loudly; the configured attention is put back after."""
+    model = _model()
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool).tril()
+    with pytest.raises(RuntimeError, match="SplitPlan"), dispatch(model):
+        model(input_ids=torch.tensor([[1, 2, 3]]), attention_mask=mask)
+    assert model.config._attn_implementation == "sdpa"

@@ -302,6 +302,7 @@ def _encode(
         [r for _, r in distinct],
         max_resident_tokens=config.max_resident_tokens,
         max_tokens_per_pass=config.max_tokens_per_pass,
+        split=config.layout == "split",
     )
     return chunked, rows
 

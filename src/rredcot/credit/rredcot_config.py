@@ -71,7 +71,10 @@ class RREDCoTConfig:
     layout: str = "shared"
     """How suffix tokens meet their trace's cache (`rredcot.scoring.layout`): shared (each row
     reads the one cache in place) | packed (the earlier layout: batched rows, each with a copy of
-    the cache slots; kept to compare). Same scores; shared costs less at long traces."""
+    the cache slots; kept to compare) | split (CPU only: rows of many traces per pass, each token
+    reading its trace's cache in place and its own block apart, no mask, the encoding's chunks
+    likewise; `rredcot.scoring.split`). Same scores up to float rounding; shared costs less
+    than packed at long traces."""
 
     def __post_init__(self) -> None:
         choices = {

@@ -70,8 +70,9 @@ class ChunkedEncoding:
     (None: one chunk of all of them).
 
     Holds the token ids only (and, once read, the token scores); `chunks(model, rows)` encodes
-    the given rows chunk by chunk. forward_tokens: the real tokens `token_scores` ran (each
-    prompt once per chunk it appears in, every response once), 0 before it is called.
+    the given rows chunk by chunk (`split`: as `encode_traces(split=True)`). forward_tokens:
+    the real tokens `token_scores` ran (each prompt once per chunk it appears in, every
+    response once), 0 before it is called.
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class ChunkedEncoding:
         *,
         max_resident_tokens: int | None,
         max_tokens_per_pass: int | None = None,
+        split: bool = False,
     ) -> None:
         if len(prompt_ids) != len(response_ids):
             raise ValueError("prompt_ids/response_ids: expected one prompt per response")
@@ -88,6 +90,7 @@ class ChunkedEncoding:
         self.response_ids = [list(r) for r in response_ids]
         self.max_resident_tokens = max_resident_tokens
         self.max_tokens_per_pass = max_tokens_per_pass
+        self.split = split
         self.forward_tokens = 0
         self._scores: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
@@ -114,6 +117,7 @@ class ChunkedEncoding:
                     [self.prompt_ids[r] for r in chunk],
                     [self.response_ids[r] for r in chunk],
                     max_tokens_per_pass=self.max_tokens_per_pass,
+                    split=self.split,
                 ),
             )
 
@@ -137,17 +141,20 @@ def encode_within_budget(
     *,
     max_resident_tokens: int | None = None,
     max_tokens_per_pass: int | None = None,
+    split: bool = False,
 ) -> EncodedTraces | ChunkedEncoding:
     """`encode_traces` when the traces' cache fits `max_resident_tokens` slots (or no budget is
-    set); else a `ChunkedEncoding`, which encodes them chunk by chunk when they are read."""
+    set); else a `ChunkedEncoding`, which encodes them chunk by chunk when they are read.
+    `split`: the `split` layout's encoding (`encode_traces`)."""
     lengths = [len(p) for p in prompt_ids], [len(r) for r in response_ids]
     if max_resident_tokens is None or resident_slots(*lengths) <= max_resident_tokens:
         return encode_traces(
-            model, prompt_ids, response_ids, max_tokens_per_pass=max_tokens_per_pass
+            model, prompt_ids, response_ids, max_tokens_per_pass=max_tokens_per_pass, split=split
         )
     return ChunkedEncoding(
         prompt_ids,
         response_ids,
         max_resident_tokens=max_resident_tokens,
         max_tokens_per_pass=max_tokens_per_pass,
+        split=split,
     )

@@ -3,7 +3,8 @@
 Each distinct prompt x is run once (*prompt pass*, prompts left-padded), then every response τ
 on top of its prompt's cache (*response passes*, traces of similar length together so padding
 stays small; each pass runs its responses in chunks of `ENCODE_CHUNK` tokens, so a chunk attends
-over the slots before its end only, and its mask stays chunk × trace). The n responses of a
+over the slots before its end only, and its mask stays chunk × trace; the `split` layout's
+encoding builds no mask, so its chunks are `SPLIT_PASS_TOKENS` wide). The n responses of a
 GRPO group share one prompt pass. The result (`EncodedTraces`) holds the KV cache of every
 trace in one slot layout, [left-padded prompt | right-padded response], and the last hidden
 state at every position: projected onto the vocabulary it gives the log-probs and entropies of
@@ -29,8 +30,9 @@ from rredcot.scoring.attention import (
     gqa_in_kernel,
     project,
 )
-from rredcot.scoring.layout import _length_buckets
+from rredcot.scoring.layout import SPLIT_PASS_TOKENS, _length_buckets
 from rredcot.scoring.logprobs import gather_logprobs
+from rredcot.scoring.split import SplitPlan, check_split, dispatch, plan_mask
 
 ENCODE_CHUNK = 256
 """Response tokens per encoding step: a step's mask is rows × chunk × (P + chunk end)."""
@@ -181,11 +183,15 @@ def encode_traces(
     response_ids: Sequence[Sequence[int]],
     *,
     max_tokens_per_pass: int | None = None,
+    split: bool = False,
 ) -> EncodedTraces:
     """Run every trace x_i ⊕ τ_i through `model` once, each distinct prompt once.
 
     `max_tokens_per_pass` caps rows × width of a response pass (a longer response gets a pass
     of its own). Traces may repeat; each copy is encoded (deduplicate first to save the work).
+    `split` (the `split` layout's encoding, CPU only): the response chunks build no mask
+    (`_split_chunk`), so they can be `SPLIT_PASS_TOKENS` wide; the same numbers to float
+    rounding.
     """
     if len(prompt_ids) != len(response_ids):
         raise ValueError(
@@ -193,6 +199,8 @@ def encode_traces(
             f"and {len(response_ids)}"
         )
     check_model(model)
+    if split:
+        check_split(model)
     body = decoder(model)
     device = next(model.parameters()).device
     prompts = [list(p) for p in prompt_ids]
@@ -249,8 +257,19 @@ def encode_traces(
         row_lo = lo[which[torch.tensor(rows, device=device)]]  # (n,)
         s0 = int(row_lo.min())
         prompt_len = torch.tensor([len(prompts[i]) for i in rows], device=device)
-        for t0 in range(0, width, ENCODE_CHUNK):
-            t = torch.arange(t0, min(width, t0 + ENCODE_CHUNK), device=device)
+        chunk = SPLIT_PASS_TOKENS if split else ENCODE_CHUNK
+        for t0 in range(0, width, chunk):
+            t = torch.arange(t0, min(width, t0 + chunk), device=device)
+            if split:
+                hidden[index, 1 + t0 : 1 + t0 + len(t)] = _split_chunk(
+                    model,
+                    (keys, values),
+                    rows,
+                    ids[:, t0 : t0 + len(t)],
+                    (row_lo, p_max + t0),
+                    prompt_len[:, None] + t[None],
+                )
+                continue
             seen = torch.arange(s0, p_max + t0, device=device)  # prompt and earlier chunks
             before = (seen[None, None, :] >= row_lo[:, None, None]).expand(-1, len(t), -1)
             own = (t[:, None] >= t[None, :]).expand(len(rows), -1, -1)  # causal in the chunk
@@ -266,3 +285,42 @@ def encode_traces(
             del out
     tokens = sum(map(len, unique)) + sum(lengths)
     return EncodedTraces(prompts, responses, p_max, keys, values, hidden, tokens)
+
+
+def _split_chunk(
+    model: torch.nn.Module,
+    cache: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]],
+    rows: Sequence[int],
+    ids: torch.Tensor,
+    seen: tuple[torch.Tensor, int],
+    position: torch.Tensor,
+) -> torch.Tensor:
+    """One response chunk τ[t] of `rows` in one pass without a mask (`scoring.split`): row j's
+    tokens (at `position` (n, L)) see its cache slots [lo_j, at) (`seen`: prompt and earlier
+    chunks, unmasked) and its own chunk causally; `cache`: the encoding's keys and values per
+    layer. The chunk's keys and values are then written into slots [at, at + L) of each row,
+    where the next chunk and the continuations read them. Returns the last hidden states
+    (n, L, H)."""
+    (keys, values), (lo, at) = cache, seen
+    n, length = ids.shape
+    plan = SplitPlan(
+        keys,
+        values,
+        [
+            (r, int(first), at, j * length, (j + 1) * length)
+            for j, (r, first) in enumerate(zip(rows, lo.tolist(), strict=True))
+        ],
+        [(torch.arange(n * length, device=ids.device).view(n, length), None)],
+    )
+    with dispatch(model):
+        out = decoder(model)(
+            input_ids=ids.reshape(1, -1),
+            attention_mask=plan_mask(plan),
+            position_ids=position.reshape(1, -1),
+            use_cache=False,
+        )
+    index = _rows_index(rows)
+    for layer, (k, v) in enumerate(plan.new):  # (1, kv, n·L, d) -> (n, kv, L, d)
+        keys[layer][index, :, at : at + length] = k[0].unflatten(1, (n, length)).transpose(0, 1)
+        values[layer][index, :, at : at + length] = v[0].unflatten(1, (n, length)).transpose(0, 1)
+    return out.last_hidden_state[0].view(n, length, -1)

@@ -3,7 +3,7 @@
 Each continuation without its last token (which predicts nothing) is a *block*; a block sits at
 one state of one trace. Blocks of the same trace are packed back to back, earliest state first,
 into *rows* of about `row_tokens` tokens (a block never splits; a longer block gets a row of its
-own; `row_tokens` 0: one row per state). Two layouts then run the rows (`LAYOUTS`):
+own; `row_tokens` 0: one row per state). Three layouts then run the rows (`LAYOUTS`):
 
 - `shared` (default): one row per pass, and the row reads its trace's cache where it lies: its
   tokens are written into the trace's cache buffer for the pass and the attention reads a view
@@ -12,6 +12,11 @@ own; `row_tokens` 0: one row per state). Two layouts then run the rows (`LAYOUTS
 - `packed` (the earlier layout, kept to compare): rows of similar width and span share a pass
   (`_plan_passes`), and every row carries a copy of the cache slots of its trace that the pass
   attends over. Copies grow with the number of rows.
+- `split` (CPU): rows of any traces share a pass (`split_passes`), which builds no mask: each
+  token attends over its trace's cache slots (a view, as in `shared`) and over its own block
+  apart, and the two are joined by their log-sum-exps (`scoring.split`). Without a mask a pass
+  can be wide, so there are few passes, and the kernel computes no masked entries (the
+  layout's encoding, `encode_traces(split=True)`, likewise).
 
 Why rows of ~`row_tokens` tokens: attention inside a row costs width × (span + width) entries,
 most of the width × width part masked, and the span is its latest state's; narrow rows keep
@@ -27,7 +32,7 @@ import torch
 
 from rredcot.scoring.queries import StateQuery
 
-LAYOUTS: tuple[str, ...] = ("shared", "packed")
+LAYOUTS: tuple[str, ...] = ("shared", "packed", "split")
 
 ROW_TOKENS = 32
 """Default row width of the `packed` layout (tokens): each row pays a cache copy there."""
@@ -39,6 +44,12 @@ bench/bench_credit_scaling.py)."""
 
 SHARED_ROW_MAX = 4096
 """Widest default row of the `shared` layout (tokens)."""
+
+SPLIT_PASS_TOKENS = 2048
+"""Default tokens per pass of the `split` layout: it builds no mask, so a pass holds its
+activations only (~0.1 GiB at Qwen3-4B in bf16, mostly the MLP's), and wide passes amortise
+the per-pass overhead that dominates at short traces (a step-like batch of 64 short traces
+made 187 `shared` passes of ~10-15 ms each, rough: a loaded 2-core machine)."""
 
 PAD_SLACK = 0.05
 """A pass takes one more row while its padding stays within this fraction of its real tokens."""
@@ -54,11 +65,14 @@ def check_layout(layout: str) -> None:
 
 
 def default_row_tokens(layout: str, model: torch.nn.Module | None = None) -> int:
-    """The row width a layout uses when the caller names none. `shared`: a row's mask (about 5
-    bytes per entry: boolean, and float inside the attention) costs 5·width bytes per cache
-    slot, so the width is an eighth of the bytes one cache slot takes (keys and values of all
-    layers), within [SHARED_ROW_TOKENS, SHARED_ROW_MAX]: the masks stay within ~5/8 of the
-    trace's cache, and larger models get wider rows (fewer passes)."""
+    """The row width (`split`: the pass width) a layout uses when the caller names none.
+    `shared`: a row's mask (about 5 bytes per entry: boolean, and float inside the attention)
+    costs 5·width bytes per cache slot, so the width is an eighth of the bytes one cache slot
+    takes (keys and values of all layers), within [SHARED_ROW_TOKENS, SHARED_ROW_MAX]: the
+    masks stay within ~5/8 of the trace's cache, and larger models get wider rows (fewer
+    passes)."""
+    if layout == "split":
+        return SPLIT_PASS_TOKENS
     if layout != "shared":
         return ROW_TOKENS
     if model is None:
@@ -73,7 +87,8 @@ def default_row_tokens(layout: str, model: torch.nn.Module | None = None) -> int
 
 def shared_row_width(row_tokens: int, cap: int | None) -> int:
     """Row width of the `shared` layout: one row is one pass, so `cap` (max_tokens_per_pass)
-    bounds it too (row_tokens 0, one row per state, becomes rows of at most `cap` tokens)."""
+    bounds it too (row_tokens 0, one row per state, becomes rows of at most `cap` tokens); the
+    `split` layout's passes are at most this wide as well."""
     if cap is None:
         return row_tokens
     return cap if row_tokens <= 0 else min(row_tokens, cap)
@@ -102,6 +117,16 @@ def _length_buckets(
         passes.append([i])
         real = lengths[i]
     return passes
+
+
+@dataclass(frozen=True)
+class Passes:
+    """How continuation rows run: `layout`, row width (`shared`: already within the cap;
+    `split`: the width of a pass, within the cap too) and `max_tokens_per_pass` (`cap`)."""
+
+    layout: str
+    row_tokens: int
+    cap: int | None
 
 
 @dataclass(frozen=True)
@@ -196,6 +221,21 @@ def _pack_rows(
     if row_tokens > 0:
         return group_rows(blocks, prompt_lengths, row_tokens)
     return [_make_row(queries[bl[0][1].query].trace, bl, prompt_lengths) for bl in per_state if bl]
+
+
+def split_passes(rows: Sequence[_Row], width: int) -> list[list[_Row]]:
+    """`split` layout: consecutive rows (of any traces) share a pass while its tokens stay
+    within `width` (≤ 0: a pass per row); a row wider than `width` is a pass alone."""
+    passes: list[list[_Row]] = []
+    tokens = 0
+    for row in rows:
+        if passes and width > 0 and tokens + row.width <= width:
+            passes[-1].append(row)
+            tokens += row.width
+            continue
+        passes.append([row])
+        tokens = row.width
+    return passes
 
 
 def _plan_passes(rows: Sequence[_Row], cap: int | None) -> list[list[_Row]]:

@@ -18,7 +18,9 @@ pieces, one module each:
 2. **Layout** (`scoring.layout`): the rest of each continuation is a block at one state of one
    trace; blocks of a trace are packed into rows. The `shared` layout (default) runs a row on
    its trace's cache where it lies (one copy of the cache, whatever the number of rows); the
-   `packed` layout (the earlier one) batches rows, each with a copy of the cache slots.
+   `packed` layout (the earlier one) batches rows, each with a copy of the cache slots; the
+   `split` layout (CPU) batches rows of any traces into wide passes without a mask, reading
+   each trace's cache where it lies (`scoring.split`).
 3. **Passes** (`scoring.passes`): masks and forward passes of the rows (`scoring.attention`:
    the supported attention implementations, the mask format, the in-place slot cache).
 4. **Pruning** (`scoring.pruning`, optional): rounds that drop continuations which can no
@@ -27,7 +29,8 @@ pieces, one module each:
 The number of passes does not grow with the number of states or continuations in the `packed`
 layout (one prompt pass, a few response passes and a few continuation passes, more only under
 `max_tokens_per_pass`); in the `shared` layout it is the continuation tokens over the row width,
-and each pass attends over its row's trace only.
+and each pass attends over its row's trace only; in the `split` layout it is the continuation
+tokens over the pass width (`SPLIT_PASS_TOKENS`), each token attending over its own trace only.
 
 This module keeps the public names of all of them (`from rredcot.scoring.packed import …`).
 """
@@ -56,6 +59,7 @@ from rredcot.scoring.layout import (
     ROW_TOKENS,
     SHARED_ROW_TOKENS,
     SPAN_SLACK,
+    Passes,
     _Block,
     _length_buckets,
     _pack_rows,
@@ -66,8 +70,9 @@ from rredcot.scoring.layout import (
     shared_row_width,
 )
 from rredcot.scoring.passes import run_rows
-from rredcot.scoring.pruning import Passes, Pruning, _pruning_rounds, _waves
+from rredcot.scoring.pruning import Pruning, _pruning_rounds, _waves
 from rredcot.scoring.queries import Items, StateQuery, TraceSpec
+from rredcot.scoring.split import check_split
 
 __all__ = [
     "ENCODE_CHUNK",
@@ -114,9 +119,10 @@ def score_encoded(
     Returns one float64 CPU tensor (len(states), M) per query. The first token of every
     continuation is scored from the encoded hidden state at the state; the rest in the
     continuation passes (module docstring). `max_tokens_per_pass` caps rows × width of a pass
-    (None: passes are cut by padding only); `row_tokens` is the row width (0: one row per
-    state; None: the layout's default); `layout`: `shared` (rows read their trace's cache in
-    place) or `packed` (rows batched, each with a copy of it). `prune`: score in rounds and
+    (None: passes are cut by padding only); `row_tokens` is the row width (`split`: the pass
+    width; 0: one row per state; None: the layout's default); `layout`: `shared` (rows read
+    their trace's cache in place), `packed` (rows batched, each with a copy of it) or `split`
+    (rows of any traces in one pass, no mask; CPU only). `prune`: score in rounds and
     drop (−inf) what cannot matter next to the anchor column (`Pruning`). `tokens`: a list that
     receives, per query, the continuation tokens run for it.
     """
@@ -127,6 +133,8 @@ def score_encoded(
     if max_tokens_per_pass is not None and max_tokens_per_pass < 1:
         raise ValueError(f"max_tokens_per_pass: expected None or ≥ 1, got {max_tokens_per_pass}")
     check_model(model)
+    if layout == "split":
+        check_split(model)
     for q, query in enumerate(queries):
         if not 0 <= query.trace < len(encoded):
             raise ValueError(f"queries[{q}].trace: {query.trace} is not an encoded trace")
@@ -139,7 +147,7 @@ def score_encoded(
                 f"prune anchor: column {prune.anchor} does not exist in queries[{q}] "
                 f"({len(query.continuations)} continuations)"
             )
-    if layout == "shared":
+    if layout in ("shared", "split"):
         row_tokens = shared_row_width(row_tokens, max_tokens_per_pass)
     passes = Passes(layout, row_tokens, max_tokens_per_pass)
 
@@ -172,9 +180,7 @@ def score_encoded(
             wave_plan = {items.where(it): (skips[it], 0) for it in range(len(items))}
             wave_plan.update({items.where(it): plan[items.where(it)] for it in wave})
         rows = _pack_rows(queries, prompt_lengths, row_tokens, wave_plan)
-        kept = run_rows(
-            model, encoded, items, rows, scores, None, set(wave), layout, max_tokens_per_pass
-        )
+        kept = run_rows(model, encoded, items, rows, scores, None, set(wave), passes)
         if wave:
             _pruning_rounds(model, encoded, items, scores, skips, wave, kept, prune, passes, run)
         del kept
@@ -257,6 +263,7 @@ def score_states_batch(
         [p for p, _ in distinct],
         [r for _, r in distinct],
         max_tokens_per_pass=max_tokens_per_pass,
+        split=layout == "split",
     )
     queries = [
         StateQuery(row, list(s.boundaries), s.continuations)

@@ -7,13 +7,15 @@ x ⊕ τ_<b ⊕ c_m, so RoPE sees the same relative positions. The output at c_m
 
 `_run_tree_pass` runs one row of the `shared` layout on its trace's cache in place
 (`attention.SlotCache`); `_run_pass` runs a batch of rows of the `packed` layout, each on a copy
-of the cache slots the batch attends over.
+of the cache slots the batch attends over; `_run_split_pass` runs rows of any traces of the
+`split` layout in one pass without a mask (`scoring.split`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache
@@ -27,9 +29,10 @@ from rredcot.scoring.attention import (
     project,
 )
 from rredcot.scoring.encoding import EncodedTraces
-from rredcot.scoring.layout import _plan_passes, _Row
+from rredcot.scoring.layout import Passes, _plan_passes, _Row, split_passes
 from rredcot.scoring.logprobs import gather_logprobs
 from rredcot.scoring.queries import Items
+from rredcot.scoring.split import SplitPlan, dispatch, plan_mask
 
 
 @dataclass
@@ -73,6 +76,19 @@ class _Extras:
         )
 
 
+class _PassInputs(NamedTuple):
+    """What every pass of one `run_rows` call reads and adds into: the model, the encoding,
+    the items, their scores, the keys and values of their earlier tokens (`extras`) and the
+    items whose keys and values to return (`keep`)."""
+
+    model: torch.nn.Module
+    encoded: EncodedTraces
+    items: Items
+    scores: torch.Tensor
+    extras: _Extras | None
+    keep: set[int]
+
+
 def run_rows(
     model: torch.nn.Module,
     encoded: EncodedTraces,
@@ -81,20 +97,20 @@ def run_rows(
     scores: torch.Tensor,
     extras: _Extras | None,
     keep: set[int],
-    layout: str,
-    cap: int | None,
+    passes: Passes,
 ) -> _Extras:
-    """Run `rows` in the passes of `layout`; adds each block's Σ log π into `scores[item]` and
-    returns the keys and values of the blocks in `keep`. `packed` batches rows within `cap`
-    tokens per pass; `shared` runs one row per pass (the caller keeps rows within the cap,
-    `shared_row_width`)."""
-    if layout == "packed":
-        parts = [
-            _run_pass(model, encoded, items, batch, scores, extras, keep)
-            for batch in _plan_passes(rows, cap)
-        ]
+    """Run `rows` in the passes of `passes.layout`; adds each block's Σ log π into
+    `scores[item]` and returns the keys and values of the blocks in `keep`. `packed` batches
+    rows within `passes.cap` tokens per pass; `shared` runs one row per pass (the caller keeps
+    rows within the cap, `shared_row_width`); `split` batches rows of any traces within
+    `passes.row_tokens` tokens per pass."""
+    common = _PassInputs(model, encoded, items, scores, extras, keep)
+    if passes.layout == "packed":
+        parts = [_run_pass(common, batch) for batch in _plan_passes(rows, passes.cap)]
+    elif passes.layout == "split":
+        parts = [_run_split_pass(common, batch) for batch in split_passes(rows, passes.row_tokens)]
     else:
-        parts = [_run_tree_pass(model, encoded, items, row, scores, extras, keep) for row in rows]
+        parts = [_run_tree_pass(common, row) for row in rows]
     return _Extras.concat(parts)
 
 
@@ -141,22 +157,35 @@ def _score(
         scores.index_add_(0, item[part], log_pi.to(torch.float64))
 
 
-def _one_length(kept: Sequence[tuple[int, int, int, int]]) -> int:
-    lengths = {n_tok for _, _, n_tok, _ in kept}
+def _one_length(kept: Sequence[tuple[int, ...]]) -> int:
+    """The one length (the entry before last: (…, tokens, item)) of the kept blocks."""
+    lengths = {block[-2] for block in kept}
     if len(lengths) != 1:
         raise RuntimeError(f"pruning: kept blocks of different lengths {sorted(lengths)}")
     return lengths.pop()
 
 
-def _run_tree_pass(
-    model: torch.nn.Module,
-    encoded: EncodedTraces,
-    items: Items,
-    row: _Row,
-    scores: torch.Tensor,
-    extras: _Extras | None,
-    keep: set[int],
+def _kept_runs(
+    new: Sequence[tuple[torch.Tensor, torch.Tensor]], kept: Sequence[tuple[int, int, int]]
 ) -> _Extras:
+    """The `kept` blocks' ((offset, tokens, item) each, all of one length) keys and values,
+    out of a one-row pass's new keys and values per layer (1, kv, W, d)."""
+    if not kept:
+        return _Extras([], [], {})
+    slot = torch.tensor([o for o, _, _ in kept], device=new[0][0].device)[:, None]
+    slot = slot + torch.arange(_one_length(kept), device=slot.device)  # (N, L)
+
+    def take(t: torch.Tensor) -> torch.Tensor:  # (1, kv, W, d) -> (N, kv, L, d)
+        return t[0][:, slot].transpose(0, 1)
+
+    return _Extras(
+        [take(k) for k, _ in new],
+        [take(v) for _, v in new],
+        {it: r for r, (*_, it) in enumerate(kept)},
+    )
+
+
+def _run_tree_pass(common: _PassInputs, row: _Row) -> _Extras:
     """One `shared` pass: one row of one trace, its blocks a tree on the trace's cache.
 
     The attention reads the trace's cache slots [lo, hi_max) where they lie (a view of
@@ -164,6 +193,7 @@ def _run_tree_pass(
     all of one length) and the row's tokens, which `SlotCache` writes over the slots after
     hi_max for the pass and puts back after it. Adds Σ log π of each block's targets into
     `scores[item]`; returns the keys and values of the blocks whose item is in `keep`."""
+    model, encoded, items, scores, extras, keep = common
     device = next(model.parameters()).device
     cols, offsets = _columns(encoded, items, row)
     lo = encoded.prompt_width - len(encoded.prompt_ids[row.trace])
@@ -205,21 +235,7 @@ def _run_tree_pass(
         cache.restore()
     targets, item = (torch.tensor(cols[k], device=device) for k in ("targets", "item"))
     _score(model, out.last_hidden_state[0], targets, item, scores)
-    kept = [(0, offset, n_tok, it) for offset, n_tok, it in offsets if it in keep]
-    if not kept:
-        return _Extras([], [], {})
-    slot = torch.tensor([o for _, o, _, _ in kept], device=device)[:, None] + torch.arange(
-        _one_length(kept), device=device
-    )  # (N, L)
-
-    def take(t: torch.Tensor) -> torch.Tensor:  # (1, kv, W, d) -> (N, kv, L, d)
-        return t[0][:, slot].transpose(0, 1)
-
-    return _Extras(
-        [take(k) for k, _ in cache.new],
-        [take(v) for _, v in cache.new],
-        {it: r for r, (*_, it) in enumerate(kept)},
-    )
+    return _kept_runs(cache.new, [block for block in offsets if block[2] in keep])
 
 
 def _side_by_side(runs: torch.Tensor) -> torch.Tensor:
@@ -228,20 +244,13 @@ def _side_by_side(runs: torch.Tensor) -> torch.Tensor:
     return runs.transpose(0, 1).reshape(1, kv, n * run, d)
 
 
-def _run_pass(
-    model: torch.nn.Module,
-    encoded: EncodedTraces,
-    items: Items,
-    batch: Sequence[_Row],
-    scores: torch.Tensor,
-    extras: _Extras | None,
-    keep: set[int],
-) -> _Extras:
+def _run_pass(common: _PassInputs, batch: Sequence[_Row]) -> _Extras:
     """One `packed` pass over `batch`: adds Σ log π of each block's targets into
     `scores[item]` and returns the keys and values of the blocks whose item is in `keep` (all
     of them of one length). With `extras` every row holds one block, which also sees its item's
     earlier tokens (extras.keys[.., index[item]]). Each row attends over a copy of the cache
     slots [min lo, max hi) of the batch."""
+    model, encoded, items, scores, extras, keep = common
     device = next(model.parameters()).device
     p_max = encoded.prompt_width
     width = max(row.width for row in batch)
@@ -317,3 +326,56 @@ def _run_pass(
         [take(layer.values) for layer in layers],
         {it: r for r, (*_, it) in enumerate(kept)},
     )
+
+
+def _run_split_pass(common: _PassInputs, batch: Sequence[_Row]) -> _Extras:
+    """One `split` pass over rows of any traces, without a mask (`scoring.split`): each run of
+    blocks that see the same trace slots reads them from the encoding where they lie, each
+    block its own tokens (after its item's earlier tokens in `extras`) apart. Adds Σ log π of
+    each block's targets into `scores[item]`; returns the keys and values of the blocks whose
+    item is in `keep`."""
+    model, encoded, items, scores, extras, keep = common
+    device = next(model.parameters()).device
+    cols: dict[str, list[int]] = {k: [] for k in ("inputs", "targets", "position", "item")}
+    runs: list[tuple[int, int, int, int, int]] = []  # (trace, lo, hi, start, end)
+    offsets: list[tuple[int, int, int]] = []  # (offset, tokens, item) per block
+    for row in batch:
+        row_cols, row_offsets = _columns(encoded, items, row)
+        base = len(cols["inputs"])
+        for key in cols:
+            cols[key] += row_cols[key]
+        lo = encoded.prompt_width - len(encoded.prompt_ids[row.trace])
+        for bl, (offset, n_tok, it) in zip(row.blocks, row_offsets, strict=True):
+            hi, start = encoded.prompt_width + bl.b + bl.skip, base + offset
+            offsets.append((start, n_tok, it))
+            if runs and runs[-1][:3] == (row.trace, lo, hi) and runs[-1][4] == start:
+                runs[-1] = (row.trace, lo, hi, runs[-1][3], start + n_tok)
+            else:
+                runs.append((row.trace, lo, hi, start, start + n_tok))
+    by_length: dict[int, list[tuple[int, int]]] = {}
+    for start, n_tok, it in offsets:
+        by_length.setdefault(n_tok, []).append((start, it))
+    own = []
+    for n_tok, blocks in by_length.items():
+        index = torch.tensor([start for start, _ in blocks], device=device)[:, None]
+        rows_of = None
+        if extras is not None:
+            rows_of = torch.tensor([extras.index[it] for _, it in blocks], device=device)
+        own.append((index + torch.arange(n_tok, device=device), rows_of))
+    plan = SplitPlan(
+        encoded.keys,
+        encoded.values,
+        runs,
+        own,
+        None if extras is None else (extras.keys, extras.values),
+    )
+    with dispatch(model):
+        out = decoder(model)(
+            input_ids=torch.tensor([cols["inputs"]], device=device),
+            attention_mask=plan_mask(plan),
+            position_ids=torch.tensor([cols["position"]], device=device),
+            use_cache=False,
+        )
+    targets, item = (torch.tensor(cols[k], device=device) for k in ("targets", "item"))
+    _score(model, out.last_hidden_state[0], targets, item, scores)
+    return _kept_runs(plan.new, [block for block in offsets if block[2] in keep])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from rredcot.scoring.encoding import EncodedTraces
-from rredcot.scoring.layout import Placed, _Block, group_rows
+from rredcot.scoring.layout import Passes, Placed, _Block, group_rows
 from rredcot.scoring.passes import _Extras, run_rows
 from rredcot.scoring.queries import Items
 
@@ -76,16 +76,6 @@ def _waves(pending: list[int], sizes: list[int], prune: Pruning | None) -> list[
     return waves
 
 
-@dataclass(frozen=True)
-class Passes:
-    """How continuation rows run: `layout`, row width (`shared`: already within the cap) and
-    `max_tokens_per_pass`."""
-
-    layout: str
-    row_tokens: int
-    cap: int | None
-
-
 def _pruning_rounds(
     model: torch.nn.Module,
     encoded: EncodedTraces,
@@ -102,8 +92,8 @@ def _pruning_rounds(
     `prune.first_chunk` of their inputs; `kept`: those inputs' keys and values): drop (−inf in
     `scores`) what is below its anchor − nats, run the next 2·, 4· … first_chunk inputs of the
     rest on the keys of what they ran before, until every item is finished or dropped. Adds
-    the inputs run to `run[q]`. `packed` runs one block per row; `shared` packs a trace's
-    surviving blocks into rows of `passes.row_tokens`."""
+    the inputs run to `run[q]`. `packed` runs one block per row; `shared` and `split` pack a
+    trace's surviving blocks into rows of `passes.row_tokens`."""
     device = scores.device
     done, length = 0, prune.first_chunk
     prompt_lengths = [len(p) for p in encoded.prompt_ids]
@@ -134,7 +124,5 @@ def _pruning_rounds(
             run[q] += size
         width = 1 if passes.layout == "packed" else passes.row_tokens  # packed: a row a block
         rows = group_rows(placed, prompt_lengths, width)
-        new = run_rows(
-            model, encoded, items, rows, scores, kept, set(pending), passes.layout, passes.cap
-        )
+        new = run_rows(model, encoded, items, rows, scores, kept, set(pending), passes)
         kept = kept.then(new, pending) if pending else new

@@ -133,6 +133,7 @@ class RREDCoTMethod(SegmentCreditMethod):
                 [r for _, r in distinct],
                 max_tokens_per_pass=self.estimator.max_tokens_per_pass,
                 max_resident_tokens=self.estimator.max_resident_tokens,
+                split=self.estimator.layout == "split",
             )
         scores = encoded.token_scores(policy) if self.segmentation.reads_token_scores else None
         segs, _ = segment_completions(

@@ -54,6 +54,7 @@ from rredcot.training.methods import (  # noqa: E402
     RolloutBatch,
     build_method,
 )
+from rredcot.training.settings import TRAINING_REFERENCES as REFERENCES  # noqa: E402
 from rredcot.training.trainer import CreditGRPOTrainer  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,6 @@ CREDITS: tuple[str, ...] = tuple(n for n, s in METHOD_SPECS.items() if not s.ana
 """Credit methods for any dataset (the registry's, less the synthetic world's oracles)."""
 WORLD_CREDITS: tuple[str, ...] = tuple(n for n, s in METHOD_SPECS.items() if s.analysis_only)
 """The synthetic world's oracles: they read each row's `program` (the workflow's analysis runs)."""
-REFERENCES: tuple[str, ...] = ("configured", "own_path")
 MISSING_REFERENCE: tuple[str, ...] = ("error", "grpo")
 ROWS_WITHOUT_REFERENCE = "credit/rows_without_reference"
 
@@ -246,7 +246,7 @@ class RREDCoTConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()  # JSON strings of the dict fields become dicts
         if self.credit not in METHOD_SPECS:
-            raise ValueError(f"credit: {self.credit!r} is not one of {list(CREDITS)}")
+            raise ValueError(f"credit: {self.credit!r} is not one of {[*CREDITS, *WORLD_CREDITS]}")
         if self.reference not in REFERENCES:
             raise ValueError(f"reference: {self.reference!r} is not one of {list(REFERENCES)}")
         if self.missing_reference not in MISSING_REFERENCE:

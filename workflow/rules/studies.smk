@@ -356,6 +356,8 @@ rule study_correlation:
 rule study_localization:
     input:
         traces=rules.study_traces.output.traces,
+        # the world's programs: the oracles' step checker and the first errors' kinds
+        problems=rules.study_traces.input.problems,
         segmentations=rules.study_traces.output.segmentations,
         ground_truth=rules.study_ground_truth.output.rollouts,
         estimates=STUDY_ESTIMATES,
@@ -381,9 +383,17 @@ rule study_localization:
         mem_mb=res("study_localization", "mem_mb"),
         runtime=res("study_localization", "runtime"),
     params:
-        settings=arg(STUDY_ANALYSIS),
+        settings=arg(
+            {
+                **STUDY_ANALYSIS,
+                "misconception": (
+                    config["sft"]["misconception"] if uses_tiny_model() else None
+                ),
+            }
+        ),
     shell:
         "python -m rredcot.steps.study_localization --traces {input.traces} "
+        "--problems {input.problems} "
         "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
         "--estimates {input.estimates} --params {params.settings} "
         "--out {output.table} --figure {output.figure} > {log} 2>&1"

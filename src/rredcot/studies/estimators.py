@@ -57,7 +57,16 @@ ESTIMATE_SCHEMA: dict[str, pl.DataType] = {
     "seconds": pl.Float64(),
     "cost_basis": pl.String(),
 }
-FAMILIES: tuple[str, ...] = ("ground_truth", "mc", "rredcot", "bayes", "attribution", "null")
+FAMILIES: tuple[str, ...] = (
+    "ground_truth",
+    "mc",
+    "rredcot",
+    "bayes",
+    "attribution",
+    "oracle",
+    "placebo",
+    "null",
+)
 BAYES_NAME = "oppo_bayes"
 """The one-pass Bayes value's estimator name (family `bayes`)."""
 

@@ -158,31 +158,43 @@ def localization_sets(
     *,
     baseline_estimator: str,
     overlap_subsets: Mapping[str, Sequence[int]] | None = None,
+    error_kinds: Mapping[int, str] | None = None,
 ) -> dict[str, tuple[pl.DataFrame, pl.DataFrame]]:
     """The trace sets of the localization table: label -> (true segments, estimates).
 
     `all_incorrect`: every incorrect trace (`truth`), RREDCoT on every reference kind, the
-    one-pass Bayes value, the attributions and the null row; `agreement_incorrect`: the
-    agreement set's incorrect traces (`agreement_truth`), the reference estimator, MC, the
-    ground truth and the null row; then,
-    per overlap bin of the configured reference (`overlap_subsets`: label -> trace indices),
-    `incorrect <label>`: those incorrect traces, RREDCoT on every reference kind, the Bayes
-    value and the null row."""
+    one-pass Bayes value, the attributions, the controls (oracles, placebo) and the null row;
+    `agreement_incorrect`: the agreement set's incorrect traces (`agreement_truth`), the
+    reference estimator, MC, the ground truth, the controls and the null row; then, per first
+    error kind (`error_kinds`: trace_index -> systematic | other), `incorrect <kind>` and
+    `agreement_incorrect <kind>` with the same estimators but RREDCoT's other forms and the
+    attributions; then, per overlap bin of the configured reference (`overlap_subsets`: label
+    -> trace indices), `incorrect <label>`: those incorrect traces, RREDCoT on every reference
+    kind, the Bayes value and the null row."""
     family, name = pl.col("family"), pl.col("estimator")
-    sets = {
-        "all_incorrect": (
-            truth,
-            estimates.filter(family.is_in(["rredcot", "bayes", "attribution", "null"])),
-        ),
-        "agreement_incorrect": (
-            agreement_truth,
-            estimates.filter(
-                family.is_in(["mc", "ground_truth", "null"]) | (name == baseline_estimator)
-            ),
-        ),
+    controls = family.is_in(["oracle", "placebo", "null"])
+    chosen = {
+        "all_incorrect": family.is_in(["rredcot", "bayes", "attribution"]) | controls,
+        "agreement_incorrect": family.is_in(["mc", "ground_truth"])
+        | (name == baseline_estimator)
+        | controls,
     }
-    for label, chosen in (overlap_subsets or {}).items():
-        rows = truth.filter(pl.col("trace_index").is_in(list(chosen)))
+    sets = {
+        "all_incorrect": (truth, estimates.filter(chosen["all_incorrect"])),
+        "agreement_incorrect": (agreement_truth, estimates.filter(chosen["agreement_incorrect"])),
+    }
+    for kind in sorted(set((error_kinds or {}).values()), key=lambda k: k != "systematic"):
+        of_kind = [t for t, k in (error_kinds or {}).items() if k == kind]
+        narrow = chosen["all_incorrect"] & ~family.is_in(["rredcot", "attribution"])
+        for label, rows, which in (
+            ("incorrect", truth, narrow | (name == baseline_estimator)),
+            ("agreement_incorrect", agreement_truth, chosen["agreement_incorrect"]),
+        ):
+            subset = rows.filter(pl.col("trace_index").is_in(of_kind))
+            if subset.height:
+                sets[f"{label} {kind}"] = (subset, estimates.filter(which))
+    for label, traces in (overlap_subsets or {}).items():
+        rows = truth.filter(pl.col("trace_index").is_in(list(traces)))
         if rows.height:
             sets[f"incorrect {label}"] = (
                 rows,

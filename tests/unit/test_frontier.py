@@ -29,6 +29,7 @@ from rredcot.studies.frontier import (
     transform_label,
 )
 from rredcot.studies.metrics import bootstrap_indices
+from rredcot.studies.preregistered import preregistered_fast_estimator
 from rredcot.studies.segmentations import MAIN
 from rredcot.studies.variants import (
     BAYES_TOKEN_NAME,
@@ -235,6 +236,13 @@ def test_frontier_table_rows_measures_best_and_front():
     t1 = -np.array([0.9, -0.1, -0.1]).sum() / (np.sqrt(3) * np.linalg.norm([0.9, -0.1, -0.1]))
     assert got[configured + "_k1"] == pytest.approx((t0 + t1) / 2)
     assert set(table["forward_tokens_per_trace"].to_list()) >= {0.0, 5.0, 20.0, 100.0}
+    # the reference-conditioned family: the configured form alone (the K-form, the oracle key,
+    # MC and the null row are not in it), so it is the family's own best
+    family = table.filter(pl.col("reference_conditioned"))
+    assert set(family["estimator"]) == {configured}
+    assert set(family["family_best"]) == {configured} and all(family["within_ci_of_family_best"])
+    outside = table.filter(~pl.col("reference_conditioned"))
+    assert outside["family_best"].is_null().all()
 
 
 def test_frontier_without_a_common_trace_is_its_header(tmp_path: Path):
@@ -397,3 +405,59 @@ def test_estimate_files_name_the_step_and_machine_that_timed_them(tmp_path: Path
         "timed_in": "not recorded",
         "machine": "not recorded",
     }
+
+
+def _pick_rows(rows: list[tuple[str, float, float, bool]], measure: str = "cosine_workflow"):
+    """Frontier rows (estimator, agreement, tokens, within the CI of the family's best)."""
+    best = max(rows, key=lambda r: r[1])[0]
+    return pl.DataFrame(
+        [
+            {
+                "measure": measure,
+                "estimator": name,
+                "reference_conditioned": True,
+                "family_best": best,
+                "agreement": agree,
+                "diff_vs_family_best": agree - max(r[1] for r in rows),
+                "family_diff_ci95_low": -0.1,
+                "family_diff_ci95_high": 0.1,
+                "within_ci_of_family_best": within,
+                "forward_tokens_per_trace": tokens,
+                "seconds_per_trace": tokens / 100,
+                "n_traces": 10,
+            }
+            for name, agree, tokens, within in rows
+        ]
+    )
+
+
+def test_the_fast_pick_is_the_cheapest_form_within_the_ci_of_the_familys_best():
+    exact, one, now, bayes = (
+        "rredcot_x",
+        "rredcot_x_suffixes1",
+        "rredcot_x_answer_now_only",
+        "oppo_bayes",
+    )
+    table = _pick_rows(
+        [
+            (exact, 0.50, 1300, True),
+            (one, 0.47, 400, True),
+            (now, 0.30, 100, False),
+            (bayes, 0.2, 300, False),
+        ]
+    )
+    pick = preregistered_fast_estimator(table, exact)
+    # the answer-now form is cheaper but its CI lies below the best: suffixes 1 qualifies
+    assert pick["choice"] == one and not pick["is_configured"]
+    assert pick["qualified"] == [one, exact]
+    assert pick["configured_forward_tokens_per_trace"] == 1300
+    # a tie in tokens keeps the configured form
+    tie = _pick_rows([(exact, 0.50, 400, True), (one, 0.52, 400, True)])
+    assert preregistered_fast_estimator(tie, exact)["choice"] == exact
+    # only the configured form qualifies: rredcot_fast is the default itself
+    alone = _pick_rows([(exact, 0.50, 1300, True), (one, 0.2, 400, False)])
+    assert preregistered_fast_estimator(alone, exact)["is_configured"]
+    with pytest.raises(ValueError, match="configured form"):
+        preregistered_fast_estimator(table, "rredcot_y")
+    with pytest.raises(ValueError, match="no reference-conditioned row"):
+        preregistered_fast_estimator(table, exact, measure="spearman_credits")

@@ -105,15 +105,36 @@ def write_tables(root: Path) -> dict[str, Path]:
     )
     pl.DataFrame(
         {
-            "trace_set": ["all_incorrect", "all_incorrect", "agreement_incorrect"],
-            "estimator": ["random", "rredcot_ref_suffix_sum_joint", "mc_n4"],
-            "top1": [0.184, 0.765, 0.9],
-            "top1_ci95_low": [0.15, 0.724, 0.8],
-            "top1_ci95_high": [0.22, 0.809, 0.95],
-            "verdict": ["worse", "reference", "better"],
-            "n_traces": [387, 387, 110],
+            "trace_set": ["all_incorrect", "all_incorrect", "agreement_incorrect",
+                          "incorrect systematic", "incorrect systematic", "incorrect other"],
+            "estimator": ["random", "rredcot_ref_suffix_sum_joint", "mc_n4",
+                          "rredcot_ref_suffix_sum_joint_perm", "oracle_rule", "loo"],
+            "top1": [0.184, 0.765, 0.9, 0.171, 0.98, 0.3],
+            "top1_ci95_low": [0.15, 0.724, 0.8, 0.13, 0.95, 0.2],
+            "top1_ci95_high": [0.22, 0.809, 0.95, 0.21, 1.0, 0.4],
+            "verdict": ["worse", "reference", "better", "worse", "better", "worse"],
+            "n_traces": [387, 387, 110, 120, 120, 267],
         }  # fmt: skip
     ).write_csv(paths["error_localization"])
+    frontier = [
+        {"measure": m, "estimator": e, "agreement": a, "ci95_low": a - 0.04,
+         "ci95_high": a + 0.04, "verdict_vs_best": v, "forward_tokens_per_trace": t,
+         "seconds_per_trace": t / 1e4}
+        for m in ("cosine_workflow", "spearman_credits")
+        for e, a, v, t in [("rredcot_x", 0.412, "best", 1334.0),
+                           ("rredcot_x_suffixes1", 0.398, "no difference", 402.0)]
+    ]  # fmt: skip
+    pl.DataFrame(frontier).write_csv(paths["estimator_frontier"])
+    paths["estimator_pick"].write_text(
+        json.dumps(
+            {
+                "choice": "rredcot_x_suffixes1", "rule": "the cheapest within the CI",
+                "qualified": ["rredcot_x_suffixes1", "rredcot_x"], "family_best": "rredcot_x",
+                "diff_vs_family_best": -0.014, "diff_ci95_low": -0.031, "diff_ci95_high": 0.002,
+                "forward_tokens_per_trace": 402.0, "configured_forward_tokens_per_trace": 1334.0,
+            }  # fmt: skip
+        )
+    )
     regime = ["method", "seed", "greedy_pass1", "t1_pass1", "t1_luck", "greedy_systematic_share",
               "t1_systematic_share"]  # fmt: skip
     pl.DataFrame(
@@ -212,7 +233,18 @@ def test_every_value_the_docs_may_quote_is_printed_as_the_summary_prints_it(tmp_
     text = render_summary(tables, TIMES, "CPU X", "abc123", [], "grpo")
     values = summary_values(tables, TIMES, "CPU X", "abc123", "grpo")
     assert values["comparison/rredcot/auc/difference"] == "+0.004"
-    assert values["localization/random/top1"] == "0.184"
+    assert values["localization/all_incorrect/random/top1"] == "0.184"
+    # by first-error kind: the reference's placebo and the controls, not the other estimators
+    assert values["localization/incorrect_systematic/oracle_rule/top1"] == "0.980"
+    assert values["localization/incorrect_systematic/rredcot_ref_suffix_sum_joint_perm/top1"] == (
+        "0.171"
+    )
+    assert not any(k.startswith("localization/incorrect_other/") for k in values)
+    # the frontier on the workflow transform, and the pick
+    assert values["frontier/cosine_workflow/rredcot_x_suffixes1/tokens"] == "402"
+    assert "frontier/spearman_credits/rredcot_x/agreement" not in values
+    assert values["pick/choice"] == "rredcot_x_suffixes1"
+    assert values["pick/ci"] == "−0.031 … +0.002"
     assert values["cost/rredcot/tokens_ratio"] == "4.70"
     assert values["regime/base/greedy_pass1"] == "0.510"
     missing = {k: v for k, v in values.items() if v not in text}
@@ -227,6 +259,7 @@ UNSTATED = {
     "estimator_agreement": {"aggregation": "pooled"},
     "error_localization": {"trace_set": "agreement_incorrect"},
     "regime_table": {"seed": "0"},
+    "estimator_frontier": {"measure": "spearman_credits"},
 }
 
 
@@ -263,7 +296,7 @@ def test_a_table_without_rows_to_state_is_said_to_have_none(tmp_path, kind):
     values = summary_values(tables, TIMES, "CPU X", "abc123", "grpo")
     fragments = caption_fragments(values)
     for name, (file, _) in TABLES.items():
-        if name == "answer_now_rule":
+        if file.endswith(".json"):  # a rule's choice: written whole or not at all
             continue
         section = text.split(f"(`results/{file}`)")[1].split("\n## ")[0]
         assert f"This run's `results/{file}`" in section and "no rows" in section, (name, section)

@@ -682,7 +682,8 @@ def all_targets() -> list[str]:
 
 def summary_tables(wildcards) -> dict[str, str]:
     """The tables `results/SUMMARY.md` reads that this config builds, by name
-    (`rredcot.reporting.summary.TABLES`; the answer-now rule comes with the agreement table).
+    (`rredcot.reporting.summary.TABLES`; the answer-now rule comes with the agreement table, the
+    rredcot_fast pick with the frontier).
     """
     from rredcot.reporting.summary import TABLES
 
@@ -691,6 +692,8 @@ def summary_tables(wildcards) -> dict[str, str]:
     tables = {name: path for name, path in tables.items() if path in built}
     if "estimator_agreement" in tables:
         tables["answer_now_rule"] = rules.study_agreement.output.answer_now
+    if "estimator_frontier" in tables:
+        tables["estimator_pick"] = rules.study_frontier.output.pick
     return tables
 
 

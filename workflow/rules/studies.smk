@@ -290,6 +290,8 @@ rule study_frontier:
             caption="../report/estimator_frontier.rst",
             category="Estimator studies",
         ),
+        # the pre-registered pick of rredcot_fast read off the table (docs/frontier.md)
+        pick="results/estimator_pick.json",
     log:
         "results/logs/studies/study_frontier.log",
     benchmark:
@@ -314,7 +316,8 @@ rule study_frontier:
         "python -m rredcot.steps.study_frontier --traces {input.traces} "
         "--segmentations {input.segmentations} --ground-truth {input.ground_truth} "
         "--estimates {input.estimates} --variants {input.variants} "
-        "--params {params.settings} --out {output.table} --figure {output.figure} > {log} 2>&1"
+        "--params {params.settings} --out {output.table} --figure {output.figure} "
+        "--pick {output.pick} > {log} 2>&1"
 
 
 rule study_correlation:

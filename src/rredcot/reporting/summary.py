@@ -33,6 +33,8 @@ TABLES = {
     "estimator_agreement": ("estimator_agreement.csv", "agreement with the MC ground truth"),
     "answer_now_rule": ("answer_now_rule.json", "the pre-registered answer-now rule"),
     "error_localization": ("error_localization.csv", "error localization"),
+    "estimator_frontier": ("estimator_frontier.csv", "the cost-agreement frontier"),
+    "estimator_pick": ("estimator_pick.json", "the pre-registered pick of rredcot_fast"),
     "regime_table": ("regime_table.csv", "greedy and T = 1 pass@1, systematic-error share"),
     "credit_attribution": ("credit_attribution.csv", "each credit method against its placebo"),
 }
@@ -156,6 +158,32 @@ def localization_headline(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("trace_set") == "all_incorrect").sort("top1", descending=True)
 
 
+LOCALIZATION_CONTROLS = ("oracle_step", "oracle_rule", "random")
+"""The rows that bound a localization figure (`rredcot.studies.controls`), besides the placebos
+(`_perm`)."""
+
+
+def localization_by_kind(table: pl.DataFrame) -> pl.DataFrame:
+    """Top-1 on the incorrect traces by first-error kind: the reference estimator, its placebo
+    and the controls."""
+    kinds = pl.col("trace_set").is_in(["incorrect systematic", "incorrect other"])
+    chosen = (
+        (pl.col("verdict") == "reference")
+        | pl.col("estimator").str.ends_with("_perm")
+        | pl.col("estimator").is_in(LOCALIZATION_CONTROLS)
+    )
+    return table.filter(kinds & chosen)
+
+
+FRONTIER_HEADLINE = "cosine_workflow"
+"""The frontier measure the summary states (the pick's, `preregistered.FAST_MEASURE`)."""
+
+
+def frontier_headline(table: pl.DataFrame) -> pl.DataFrame:
+    """The frontier's rows on the workflow-transform cosine, cheapest first."""
+    return table.filter(pl.col("measure") == FRONTIER_HEADLINE).sort("forward_tokens_per_trace")
+
+
 def _pooled(table: pl.DataFrame) -> pl.DataFrame:
     """The regime table's rows pooled over seeds, one per method (the base first, as written)."""
     return table.filter(pl.col("seed").cast(pl.String) == "all")
@@ -177,6 +205,7 @@ def headline_rows(name: str, table: pl.DataFrame, reference: str) -> list[dict]:
         "benchmark_comparison": lambda t: _against_reference(t, reference),
         "estimator_agreement": agreement_headline,
         "error_localization": localization_headline,
+        "estimator_frontier": frontier_headline,
         "regime_table": _pooled,
     }.get(name, lambda t: t)
     return list(select(table).iter_rows(named=True))
@@ -239,10 +268,27 @@ def summary_values(
             values["answer_now/difference"] = signed(rule["diff_joint_minus_conditional"])
             values["answer_now/ci"] = interval(rule["diff_ci95_low"], rule["diff_ci95_high"])
     for r in rows.get("error_localization", []):
-        values[f"localization/{r['estimator']}/top1"] = plain(r["top1"])
-        values[f"localization/{r['estimator']}/ci"] = interval(
-            r["top1_ci95_low"], r["top1_ci95_high"]
-        ).replace("+", "")
+        key = f"localization/{r['trace_set'].replace(' ', '_')}/{r['estimator']}"
+        values[f"{key}/top1"] = plain(r["top1"])
+        values[f"{key}/ci"] = interval(r["top1_ci95_low"], r["top1_ci95_high"]).replace("+", "")
+    table = tables.get("error_localization")
+    if isinstance(table, pl.DataFrame) and not table.is_empty():
+        for r in localization_by_kind(table).iter_rows(named=True):
+            key = f"localization/{r['trace_set'].replace(' ', '_')}/{r['estimator']}"
+            values[f"{key}/top1"] = plain(r["top1"])
+            values[f"{key}/ci"] = interval(r["top1_ci95_low"], r["top1_ci95_high"]).replace("+", "")
+    for r in rows.get("estimator_frontier", []):
+        key = f"frontier/{r['measure']}/{r['estimator']}"
+        values[f"{key}/agreement"] = plain(r["agreement"])
+        values[f"{key}/ci"] = interval(r["ci95_low"], r["ci95_high"])
+        values[f"{key}/tokens"] = f"{r['forward_tokens_per_trace']:,.0f}"
+        values[f"{key}/verdict_vs_best"] = str(r["verdict_vs_best"])
+    pick = tables.get("estimator_pick")
+    if isinstance(pick, dict):
+        values["pick/choice"] = str(pick.get("choice"))
+        if pick.get("diff_vs_family_best") is not None:
+            values["pick/difference"] = signed(pick["diff_vs_family_best"])
+            values["pick/ci"] = interval(pick["diff_ci95_low"], pick["diff_ci95_high"])
     for r in rows.get("credit_attribution", []):
         stratum = r.get("stratum") or "all"
         key = f"attribution/{r['method']}/{r['against']}/{r['measure']}"
@@ -445,10 +491,68 @@ def _localization(table: pl.DataFrame) -> list[str]:
         for r in localization_headline(table).iter_rows(named=True)
     ]
     header = ["estimator", "top-1", "95% CI", "vs the default", "traces"]
+    by_kind = [
+        [
+            r["trace_set"].removeprefix("incorrect "),
+            r["estimator"],
+            plain(r["top1"]),
+            interval(r["top1_ci95_low"], r["top1_ci95_high"]).replace("+", ""),
+            r["n_traces"],
+        ]  # fmt: skip
+        for r in localization_by_kind(table).iter_rows(named=True)
+    ]
+    kinds = (
+        [
+            "",
+            "By the kind of the first error (the world's misconception or another), with the "
+            "controls: the checker oracles and the placebo (σ permuted within each trace: at "
+            "chance, like `random`, or the study is broken).",
+            "",
+            *_markdown(["first error", "estimator", "top-1", "95% CI", "traces"], by_kind),
+        ]
+        if by_kind
+        else []
+    )
     return [
         "Share of incorrect traces whose lowest-credit segment holds the first wrong step.",
         "",
         *_markdown(header, rows),
+        *kinds,
+    ]
+
+
+def _frontier(table: pl.DataFrame) -> list[str]:
+    rows = [
+        [
+            r["estimator"],
+            plain(r["agreement"]),
+            interval(r["ci95_low"], r["ci95_high"]),
+            r["verdict_vs_best"],
+            f"{r['forward_tokens_per_trace']:,.0f}",
+            f"{r['seconds_per_trace']:.3f}",
+        ]  # fmt: skip
+        for r in frontier_headline(table).iter_rows(named=True)
+    ]
+    header = ["estimator", "cosine", "95% CI", "vs the best", "forward tokens/trace",
+              "seconds/trace"]  # fmt: skip
+    return [
+        "Cosine of each estimator's token advantages under the workflow's transform with the MC "
+        "ground truth's, cheapest first; the Spearman and other transforms are in the file.",
+        "",
+        *_markdown(header, rows),
+    ]
+
+
+def _pick(pick: dict) -> list[str]:
+    if pick.get("choice") is None:
+        return [f"No pick: {pick.get('reason')}.", ""]
+    return [
+        f"Rule: {pick['rule']}. Qualified: {', '.join(pick['qualified'])} → **{pick['choice']}** "
+        f"({signed(pick['diff_vs_family_best'])} against the family's best {pick['family_best']}, "
+        f"{interval(pick['diff_ci95_low'], pick['diff_ci95_high'])}; "
+        f"{pick['forward_tokens_per_trace']:,.0f} forward tokens per trace against the configured "
+        f"form's {pick['configured_forward_tokens_per_trace']:,.0f}).",
+        "",
     ]
 
 
@@ -474,6 +578,8 @@ SECTIONS = (
     ("Estimator agreement with the Monte Carlo ground truth", "estimator_agreement", _agreement),
     ("The pre-registered answer-now rule", "answer_now_rule", _answer_now),
     ("Error localization", "error_localization", _localization),
+    ("The cost-agreement frontier", "estimator_frontier", _frontier),
+    ("The pre-registered rredcot_fast", "estimator_pick", _pick),
     ("Greedy and T = 1 on the curve split", "regime_table", _regime),
     (
         "Is the gain credit assignment? Each method against its placebo",

@@ -2,10 +2,13 @@
 agreement traces (per-trace Spearman of credits; cosine of the token advantages it builds with
 the ground truth's, under each configured transform) and against its cost (forward tokens and
 seconds per trace), with the best, paired CIs against it and the Pareto front
-(`rredcot.studies.frontier`); `results/estimator_frontier.csv` and its figure."""
+(`rredcot.studies.frontier`); `results/estimator_frontier.csv` and its figure, and the
+pre-registered pick of `rredcot_fast` read off the table (`results/estimator_pick.json`,
+`rredcot.studies.preregistered.preregistered_fast_estimator`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -28,6 +31,7 @@ from rredcot.studies.estimators import rredcot_name
 from rredcot.studies.frontier import frontier_candidates, frontier_table
 from rredcot.studies.ground_truth import ground_truth_sigmas
 from rredcot.studies.null_estimator import null_estimates
+from rredcot.studies.preregistered import preregistered_fast_estimator
 
 LOGGED = (
     "measure",
@@ -44,6 +48,7 @@ LOGGED = (
 def main() -> None:
     p = analysis_parser(__doc__)
     p.add_argument("--variants", required=True, type=Path, help="study_scored's own forms")
+    p.add_argument("--pick", required=True, type=Path, help="the pre-registered rredcot_fast")
     args = p.parse_args()
     setup()
     seed, resamples, rredcot, credit, transforms, group_size = require(
@@ -87,11 +92,18 @@ def main() -> None:
                 "no agreement trace has a ground truth to compare with: %s is empty", args.out
             )
         write_table(table, args.out)
-        estimator_frontier_figure(
-            table, args.figure, configured=rredcot_name(config.value, config.answer_now)
+        configured = rredcot_name(config.value, config.answer_now)
+        estimator_frontier_figure(table, args.figure, configured=configured)
+        pick = (
+            preregistered_fast_estimator(table, configured)
+            if table.height
+            else {"choice": None, "reason": "no agreement trace with a ground truth"}
         )
+        args.pick.parent.mkdir(parents=True, exist_ok=True)
+        args.pick.write_text(json.dumps(pick, indent=2) + "\n")
     if table.height:
         log.info("wrote %s:\n%s", args.out, table.select(LOGGED))
+    log.info("the pre-registered rredcot_fast: %s", pick)
 
 
 if __name__ == "__main__":

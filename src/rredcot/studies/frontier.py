@@ -31,6 +31,12 @@ against forward tokens per trace and once against seconds per trace. Costs are t
 own columns (`rredcot.studies.estimators`): forward tokens run per trace, and wall seconds of
 their scoring (or rollouts) on the machine and under the load of the job that ran them
 (`timed_in`, `machine`), shared among a call's traces by tokens.
+
+Within the reference-conditioned family (`is_reference_conditioned`: RREDCoT's forms and OPPO's
+one-pass Bayes value on the configured reference, at the studies' segmentation or OPPO's token
+level) each measure also has the family's own best and every member's paired difference from it
+(`family_*` columns): what the pre-registered pick of a cheaper form reads
+(`rredcot.studies.preregistered.preregistered_fast_estimator`).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from rredcot.studies.estimators import reference_kind
 from rredcot.studies.metrics import bootstrap_indices, percentile_ci, spearman_flat0
 from rredcot.studies.segmentations import MAIN
 from rredcot.studies.transform_rule import cosine
+from rredcot.studies.variants import TOKEN_LEVEL
 
 SPEARMAN = "spearman_credits"
 """The per-trace Spearman measure (studies' own segmentation only)."""
@@ -70,6 +77,12 @@ COLUMNS: tuple[str, ...] = (
     "diff_ci95_high",
     "verdict_vs_best",
     "within_ci_of_best",
+    "reference_conditioned",
+    "family_best",
+    "diff_vs_family_best",
+    "family_diff_ci95_low",
+    "family_diff_ci95_high",
+    "within_ci_of_family_best",
     "pareto_tokens",
     "pareto_seconds",
     "forward_tokens_per_trace",
@@ -98,6 +111,23 @@ def transform_label(config: CreditConfig) -> str:
 def is_oracle(estimator: str) -> bool:
     """An estimator that reads the answer key on the trace's own path (no real dataset has it)."""
     return reference_kind(estimator) == "own_path"
+
+
+REFERENCE_CONDITIONED: tuple[str, ...] = ("rredcot", "bayes")
+"""The families that read the configured reference (RREDCoT's forms, OPPO's one-pass Bayes
+value): the family the pre-registered pick of a cheaper form chooses within
+(`rredcot.studies.preregistered.preregistered_fast_estimator`)."""
+
+
+def is_reference_conditioned(family: str, segmentation: str, estimator: str) -> bool:
+    """A form of the reference-conditioned family on the configured reference, at the studies'
+    segmentation (a state at every line) or OPPO's token level: its estimator keys differ, its
+    segmentation is not one of the K-forms (K is a segmentation setting, frozen for training)."""
+    return (
+        family in REFERENCE_CONDITIONED
+        and segmentation in (MAIN, TOKEN_LEVEL)
+        and not is_oracle(estimator)
+    )
 
 
 def pareto_front(cost: Sequence[float], agreement: Sequence[float]) -> np.ndarray:
@@ -288,6 +318,27 @@ def against_best(
     return out
 
 
+def _family_columns(row: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The columns of the comparison within the reference-conditioned family (null outside)."""
+    if row is None:
+        return {
+            "reference_conditioned": False,
+            "family_best": None,
+            **dict.fromkeys(
+                ("diff_vs_family_best", "family_diff_ci95_low", "family_diff_ci95_high"), None
+            ),
+            "within_ci_of_family_best": None,
+        }
+    return {
+        "reference_conditioned": True,
+        "family_best": row["best"],
+        "diff_vs_family_best": row["diff_vs_best"],
+        "family_diff_ci95_low": row["diff_ci95_low"],
+        "family_diff_ci95_high": row["diff_ci95_high"],
+        "within_ci_of_family_best": row["verdict_vs_best"] in ("best", "no difference"),
+    }
+
+
 def _costs(candidates: pl.DataFrame, traces: Sequence[int]) -> dict[str, dict[str, Any]]:
     """Per estimator, mean costs over `traces` and where they were measured."""
     mine = candidates.filter(pl.col("trace_index").is_in(list(traces)))
@@ -337,6 +388,12 @@ def frontier_table(
         names = list(per_trace)
         eligible = [n for n in names if not is_oracle(n)]
         paired = against_best(per_trace, eligible, draw)
+        family = [
+            n
+            for n in names
+            if is_reference_conditioned(costs[n]["family"], costs[n]["segmentation"], n)
+        ]
+        within = against_best({n: per_trace[n] for n in family}, family, draw)
         on_front = {}
         for axis, column in (
             ("tokens", "forward_tokens_per_trace"),
@@ -357,6 +414,7 @@ def frontier_table(
                     "oracle": is_oracle(name),
                     **p,
                     "within_ci_of_best": p["verdict_vs_best"] in ("best", "no difference"),
+                    **_family_columns(within.get(name)),
                     "pareto_tokens": on_front["tokens"][name],
                     "pareto_seconds": on_front["seconds"][name],
                     "forward_tokens_per_trace": c["forward_tokens_per_trace"],
@@ -383,6 +441,7 @@ __all__ = [
     "frontier_common_set",
     "frontier_table",
     "is_oracle",
+    "is_reference_conditioned",
     "pareto_front",
     "per_trace_agreement",
     "token_advantage_vectors",

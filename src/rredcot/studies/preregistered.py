@@ -1,5 +1,6 @@
-"""The pre-registered answer-now rule: joint or conditional, read off the agreement table
-before any RL run (docs/testbed.md, config.yaml), never decided by RL."""
+"""Pre-registered rules that read a study table before any RL run, never decided by RL: the
+answer-now form (off the agreement table; docs/testbed.md, config.yaml) and the cheaper
+estimator form `rredcot_fast` (off the cost–agreement frontier; docs/frontier.md)."""
 
 from __future__ import annotations
 
@@ -52,4 +53,63 @@ def preregistered_answer_now(table: pl.DataFrame, value: str) -> dict[str, Any]:
         "diff_ci95_high": high,
         "n_traces": joint["n_traces"],
         "rule": "joint if the paired 95% CI of joint - conditional is above 0, else conditional",
+    }
+
+
+FAST_MEASURE = "cosine_workflow"
+"""The frontier measure the fast pick reads: the cosine of the token advantages a form builds
+under the workflow's own transform with the ground truth's (what training consumes)."""
+
+
+def preregistered_fast_estimator(
+    table: pl.DataFrame, configured: str, measure: str = FAST_MEASURE
+) -> dict[str, Any]:
+    """The pre-registered pick of `rredcot_fast` (docs/frontier.md), from the frontier table
+    (`results/estimator_frontier.csv`) before any RL run that uses it.
+
+    Within the reference-conditioned family (`reference_conditioned` rows: RREDCoT's forms and
+    OPPO's Bayes value on the configured reference; the K-forms and the oracle key are not in
+    it), on `measure`: the members whose paired 95% CI of (member − the family's best) holds 0
+    (or that are the best) qualify; the pick is the one with the fewest forward tokens per trace;
+    a tie in tokens keeps `configured` (RREDCoT's configured form), else the higher agreement.
+    When the pick is `configured`, `rredcot_fast` is the default itself.
+    """
+    rows = table.filter((pl.col("measure") == measure) & pl.col("reference_conditioned"))
+    if rows.height == 0:
+        raise ValueError(f"frontier table: no reference-conditioned row of measure {measure!r}")
+    names = rows["estimator"].to_list()
+    if configured not in names:
+        raise ValueError(f"frontier table: the configured form {configured!r} is not among {names}")
+    qualified = rows.filter(pl.col("within_ci_of_family_best"))
+    ranked = sorted(
+        qualified.iter_rows(named=True),
+        key=lambda r: (
+            r["forward_tokens_per_trace"],
+            r["estimator"] != configured,
+            -r["agreement"],
+        ),
+    )
+    pick = ranked[0]
+    current = rows.filter(pl.col("estimator") == configured).row(0, named=True)
+    return {
+        "choice": pick["estimator"],
+        "is_configured": pick["estimator"] == configured,
+        "configured": configured,
+        "measure": measure,
+        "family_best": pick["family_best"],
+        "agreement": pick["agreement"],
+        "diff_vs_family_best": pick["diff_vs_family_best"],
+        "diff_ci95_low": pick["family_diff_ci95_low"],
+        "diff_ci95_high": pick["family_diff_ci95_high"],
+        "forward_tokens_per_trace": pick["forward_tokens_per_trace"],
+        "seconds_per_trace": pick["seconds_per_trace"],
+        "configured_agreement": current["agreement"],
+        "configured_forward_tokens_per_trace": current["forward_tokens_per_trace"],
+        "qualified": [r["estimator"] for r in ranked],
+        "n_traces": pick["n_traces"],
+        "rule": (
+            "the reference-conditioned form with the fewest forward tokens per trace whose "
+            f"paired 95% CI of {measure} minus the family's best holds 0; a tie keeps the "
+            "configured form"
+        ),
     }

@@ -105,10 +105,22 @@ def write_tables(root: Path) -> dict[str, Path]:
     )
     pl.DataFrame(
         {
-            "trace_set": ["all_incorrect", "all_incorrect", "agreement_incorrect",
-                          "incorrect systematic", "incorrect systematic", "incorrect other"],
-            "estimator": ["random", "rredcot_ref_suffix_sum_joint", "mc_n4",
-                          "rredcot_ref_suffix_sum_joint_perm", "oracle_rule", "loo"],
+            "trace_set": [
+                "all_incorrect",
+                "all_incorrect",
+                "agreement_incorrect",
+                "incorrect systematic",
+                "incorrect systematic",
+                "incorrect other",
+            ],
+            "estimator": [
+                "random",
+                "rredcot_ref_suffix_sum_joint",
+                "mc_n4",
+                "rredcot_ref_suffix_sum_joint_perm",
+                "oracle_rule",
+                "loo",
+            ],
             "top1": [0.184, 0.765, 0.9, 0.171, 0.98, 0.3],
             "top1_ci95_low": [0.15, 0.724, 0.8, 0.13, 0.95, 0.2],
             "top1_ci95_high": [0.22, 0.809, 0.95, 0.21, 1.0, 0.4],
@@ -128,10 +140,15 @@ def write_tables(root: Path) -> dict[str, Path]:
     paths["estimator_pick"].write_text(
         json.dumps(
             {
-                "choice": "rredcot_x_suffixes1", "rule": "the cheapest within the CI",
-                "qualified": ["rredcot_x_suffixes1", "rredcot_x"], "family_best": "rredcot_x",
-                "diff_vs_family_best": -0.014, "diff_ci95_low": -0.031, "diff_ci95_high": 0.002,
-                "forward_tokens_per_trace": 402.0, "configured_forward_tokens_per_trace": 1334.0,
+                "choice": "rredcot_x_suffixes1",
+                "rule": "the cheapest within the CI",
+                "qualified": ["rredcot_x_suffixes1", "rredcot_x"],
+                "family_best": "rredcot_x",
+                "diff_vs_family_best": -0.014,
+                "diff_ci95_low": -0.031,
+                "diff_ci95_high": 0.002,
+                "forward_tokens_per_trace": 402.0,
+                "configured_forward_tokens_per_trace": 1334.0,
             }  # fmt: skip
         )
     )

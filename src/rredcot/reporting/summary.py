@@ -433,13 +433,15 @@ def _cost(table: pl.DataFrame, reference: str) -> list[str]:
             plain(r.get(f"seconds_ratio_to_{reference}"), 2),
             f"{r['forward_tokens_per_step']:,.0f}",
             plain(r.get(f"tokens_ratio_to_{reference}"), 2),
+            plain(r.get(f"gpu_units_ratio_to_{reference}"), 2),
         ]  # fmt: skip
         for r in table.iter_rows(named=True)
     ]
     header = ["method", "seeds", "seconds / step", f"× {reference}", "forward tokens / step",
-              f"× {reference}"]  # fmt: skip
+              f"× {reference}", f"GPU-projected × {reference}"]  # fmt: skip
     return [
-        "Seconds depend on what else shared the machine; forward tokens do not.",
+        "Seconds depend on what else shared the machine; forward tokens do not. The GPU "
+        "projection is a stated model, not a measurement (`GPU_COST_MODEL`, docs/frontier.md).",
         "",
         *_markdown(header, rows),
     ]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -48,12 +49,30 @@ def main_table(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     )
 
 
+def responses_per_step(metrics: Path) -> int | None:
+    """Responses each optimizer step samples (prompts_per_step × num_generations), from the
+    run's `train_summary.json` beside its `metrics.csv`; None without one."""
+    summary = Path(metrics).with_name("train_summary.json")
+    if not summary.is_file():
+        return None
+    settings = json.loads(summary.read_text()).get("settings", {})
+    try:
+        return int(settings["prompts_per_step"]) * int(settings["num_generations"])
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{summary}: settings lack the batch shape ({err})") from None
+
+
 def training_curves(runs: Sequence[tuple[str, int, Path]]) -> pl.DataFrame:
-    """Stack `metrics.csv` of every (method, seed, path) run; columns differ per method."""
+    """Stack `metrics.csv` of every (method, seed, path) run; columns differ per method. A run
+    with its `train_summary.json` also gets `responses_per_step` (`responses_per_step`)."""
     frames = []
     for method, seed, path in runs:
         df = read_table(path, infer_schema_length=None)
-        frames.append(df.with_columns(pl.lit(method).alias("method"), pl.lit(seed).alias("seed")))
+        df = df.with_columns(pl.lit(method).alias("method"), pl.lit(seed).alias("seed"))
+        n = responses_per_step(path)
+        if n is not None:
+            df = df.with_columns(pl.lit(n, dtype=pl.Int64).alias("responses_per_step"))
+        frames.append(df)
     if not frames:
         raise ValueError("training_curves needs at least one run")
     curves = pl.concat(frames, how="diagonal_relaxed")
@@ -61,11 +80,22 @@ def training_curves(runs: Sequence[tuple[str, int, Path]]) -> pl.DataFrame:
     return curves.select([*lead, *[c for c in curves.columns if c not in lead]])
 
 
+GPU_COST_MODEL: dict[str, float] = {"trained": 3.0, "generated": 10.0, "scored": 1.0}
+"""A step's projected GPU cost in units of one teacher-forced forward token (stated, not
+measured): every token the step trains on costs a forward and a backward pass, 3 units (the
+forward is 1/3 of forward + backward); every completion token generated costs 10 (decoding is
+memory-bound: on one H100, vLLM decodes a small RL batch at roughly a tenth of the tokens per
+second of a batched teacher-forced forward pass, an assumption, docs/frontier.md); every token a
+credit method scores costs 1 (MC's rollouts are counted as scored, which understates them)."""
+
+
 def compute_cost(curves: pl.DataFrame, baseline: str) -> pl.DataFrame:
     """Per method: mean seconds and forward tokens per step, and ratios to `baseline`.
 
     Forward tokens per step = policy tokens the step processed (prompt + completion tokens seen,
-    the increase of `tokens/seen`) + the extra forward tokens spent on credit.
+    the increase of `tokens/seen`) + the extra forward tokens spent on credit. Where the runs'
+    batch shape is known (`responses_per_step`), also the GPU-projected units per step under
+    `GPU_COST_MODEL` and their ratio to `baseline` (`gpu_units_ratio_to_<baseline>`).
     """
     per_run = curves.sort("method", "seed", "step").with_columns(
         pl.col("tokens/seen").diff().over("method", "seed").alias("policy_tokens"),
@@ -77,6 +107,11 @@ def compute_cost(curves: pl.DataFrame, baseline: str) -> pl.DataFrame:
         .alias("policy_tokens"),
         pl.col("credit/forward_tokens").fill_null(0).alias("credit_tokens"),
         pl.col("credit/seconds").fill_null(0).alias("credit_seconds"),
+        (
+            pl.col("tokens/completion_mean") * pl.col("responses_per_step")
+            if "responses_per_step" in curves.columns
+            else pl.lit(None, dtype=pl.Float64)
+        ).alias("completion_tokens"),
     )
     cost = (
         per_run.group_by("method", maintain_order=True)
@@ -87,6 +122,7 @@ def compute_cost(curves: pl.DataFrame, baseline: str) -> pl.DataFrame:
             pl.col("credit_seconds").mean().alias("credit_seconds_per_step"),
             pl.col("policy_tokens").mean().alias("policy_tokens_per_step"),
             pl.col("credit_tokens").mean().alias("credit_forward_tokens_per_step"),
+            pl.col("completion_tokens").mean().alias("completion_tokens_per_step"),
         )
         .with_columns(
             (pl.col("policy_tokens_per_step") + pl.col("credit_forward_tokens_per_step")).alias(
@@ -96,8 +132,19 @@ def compute_cost(curves: pl.DataFrame, baseline: str) -> pl.DataFrame:
     )
     if baseline not in cost["method"].to_list():
         raise ValueError(f"compute_cost: baseline method {baseline!r} has no runs")
+    model = GPU_COST_MODEL
+    cost = cost.with_columns(
+        (
+            model["trained"] * pl.col("policy_tokens_per_step")
+            + model["generated"] * pl.col("completion_tokens_per_step")
+            + model["scored"] * pl.col("credit_forward_tokens_per_step")
+        ).alias("gpu_units_per_step")
+    )
     base = cost.filter(pl.col("method") == baseline).row(0, named=True)
     return cost.with_columns(
+        (pl.col("gpu_units_per_step") / pl.lit(base["gpu_units_per_step"], pl.Float64)).alias(
+            f"gpu_units_ratio_to_{baseline}"
+        ),
         (pl.col("seconds_per_step") / base["seconds_per_step"]).alias(
             f"seconds_ratio_to_{baseline}"
         ),

@@ -115,11 +115,16 @@ def _agreement(values: Mapping[str, str]) -> list[str]:
 
 
 def _localization(values: Mapping[str, str]) -> list[str]:
-    return [
-        f"- {estimator}: top-1 {values[f'localization/{estimator}/top1']} "
-        f"(95% CI {values[f'localization/{estimator}/ci']})"
-        for estimator in _parts(values, "localization", 1)
-    ]
+    lines = []
+    for trace_set in _parts(values, "localization", 1):
+        where = "" if trace_set == "all_incorrect" else f", {trace_set.replace('_', ' ')}"
+        for estimator in _parts(values, f"localization/{trace_set}", 2):
+            key = f"localization/{trace_set}/{estimator}"
+            lines.append(
+                f"- {estimator}{where}: top-1 {values[f'{key}/top1']} "
+                f"(95% CI {values[f'{key}/ci']})"
+            )
+    return lines
 
 
 def _run(values: Mapping[str, str]) -> list[str]:

@@ -8,7 +8,9 @@ docs/trl.md). Those names load on first use (PEP 562), so importing the package 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rredcot.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from rredcot.trl import RREDCoTConfig as RREDCoTConfig
@@ -22,16 +24,4 @@ _PUBLIC = ("RREDCoTConfig", "RREDCoTTrainer", "TaskSpec")
 
 __all__ = [*_PUBLIC, "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import rredcot.trl
-
-    value = getattr(rredcot.trl, name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_exports(globals(), dict.fromkeys(_PUBLIC, "trl"))

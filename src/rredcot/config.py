@@ -294,8 +294,8 @@ def _keyed(message: str) -> str:
 def _frontier_errors(config: Mapping[str, Any]) -> list[str]:
     """Each of the frontier's forms is an RREDCoT config and each transform a credit block that
     the jobs can build (e.g. `suffixes: 1` needs the ref_suffix_sum value)."""
-    from rredcot.credit.advantages import CreditConfig
-    from rredcot.credit.rredcot import RREDCoTConfig
+    from rredcot.credit.credit_config import CreditConfig
+    from rredcot.credit.rredcot_config import RREDCoTConfig
 
     frontier, messages = config["studies"]["frontier"], []
     builds = [

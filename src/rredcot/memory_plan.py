@@ -202,7 +202,7 @@ def credit_phases(
     """Bytes of the credit's parts at its peak over the chunks (module docstring): cache,
     hidden, pass (the larger of encoding and scoring), logits (the leading tokens' log-probs,
     `states` states a trace), and peak = their sum; pruning_bound: the kept keys' bound."""
-    from rredcot.scoring.chunks import plan_resident_chunks
+    from rredcot.scoring.chunk_plan import plan_resident_chunks
 
     parts = {"cache": 0, "hidden": 0, "pass": 0, "logits": 0, "peak": 0}
     chunks = plan_resident_chunks(prompt_lengths, response_lengths, max_resident_tokens)

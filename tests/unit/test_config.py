@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -373,3 +376,47 @@ def test_the_slurm_profile_resubmits_and_signals_training_early(repo):
     assert "--save-minutes {resources.save_minutes}" in rule
     # exec: no shell between the signal and the device wrapper, which exec's the trainer
     assert '"exec {params.gpu_job} --gpus {resources.gpu} -- {params.launcher}' in rule
+
+
+LIGHT_CHECK = """
+import sys
+
+import yaml
+from snakemake.utils import update_config
+
+from rredcot import memory_plan, vllm_memory
+from rredcot.config import validate_config
+from rredcot.training_rules import run_settings
+
+config = yaml.safe_load(open("config.yaml"))
+update_config(config, yaml.safe_load(open(sys.argv[1])))
+validate_config(config)
+seed = config["training"]["seeds"][0]
+runs = {m: run_settings(config, m, seed, task="math") for m in config["training"]["methods"]}
+vllm_memory.config_errors(config, runs, None)
+memory_plan.config_errors(config, runs, None)
+print(sorted({"torch", "transformers"} & set(sys.modules)))
+"""
+"""What the Snakefile runs on every invocation: the config check, then the runs' memory
+planners, on a config overlay merged over config.yaml; prints the heavy packages imported."""
+
+
+@pytest.mark.parametrize(
+    "overlay", ["configs/smoke.yaml", "configs/full.yaml", "configs/paper_qwen3_4b.yaml"]
+)
+def test_the_config_check_imports_neither_torch_nor_transformers(repo, overlay):
+    """Every `snakemake` call, a dry run included, runs the config check: torch and
+    transformers would add seconds to each (a fresh interpreter, so nothing is imported yet).
+    The paper config's GPU runs take the memory planner through the credit's chunk plan."""
+    src = str(repo / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", LIGHT_CHECK, overlay],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout

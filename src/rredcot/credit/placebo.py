@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
-from rredcot.credit.advantages import PLACEBOS, segment_token_counts
+from rredcot.credit.advantages import segment_token_counts
+from rredcot.credit.credit_config import PLACEBOS
 from rredcot.generation.base import derive_seed
 
 

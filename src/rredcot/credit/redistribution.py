@@ -26,7 +26,7 @@ from numbers import Real
 
 import torch
 
-RETURN_EQUIVALENCE: tuple[str, ...] = ("terminal_correction", "rescale")
+from rredcot.credit.rredcot_names import RETURN_EQUIVALENCE
 
 
 def _vector(name: str, values: torch.Tensor | Sequence[float], min_len: int) -> torch.Tensor:

@@ -9,9 +9,8 @@ from numbers import Real
 from typing import Any
 
 from rredcot.config import check_choices, check_known_keys
-from rredcot.credit.redistribution import RETURN_EQUIVALENCE
-from rredcot.credit.rredcot_values import VALUE_VARIANTS
-from rredcot.scoring.layout import LAYOUTS
+from rredcot.credit.rredcot_names import RETURN_EQUIVALENCE, VALUE_VARIANT_NAMES
+from rredcot.scoring.layout_names import LAYOUTS
 
 # --------------------------------------------------------------------------- config
 
@@ -28,7 +27,7 @@ class RREDCoTConfig:
     """The `estimator.rredcot` config block (METHOD.md §3); every field has a default."""
 
     value: str = "ref_suffix_sum"
-    """Continuation-value variant, one of `VALUE_VARIANTS`."""
+    """Continuation-value variant, one of `VALUE_VARIANT_NAMES` (`rredcot_values`)."""
     w_R: float = 1.0  # noqa: N815 (the symbol of METHOD.md)
     """Weight of the answer-now reward R̂ in the potential Φ."""
     w_v: float = 1.0
@@ -78,7 +77,7 @@ class RREDCoTConfig:
 
     def __post_init__(self) -> None:
         choices = {
-            "value": VALUE_VARIANTS,
+            "value": VALUE_VARIANT_NAMES,
             "return_equivalence": RETURN_EQUIVALENCE,
             "answer_now": ANSWER_NOW,
             "join": JOIN_RULES,

@@ -14,6 +14,8 @@ from numbers import Real
 
 import torch
 
+from rredcot.credit.rredcot_names import VALUE_VARIANT_NAMES
+
 # --------------------------------------------------------------------------- log-prob tables
 
 
@@ -163,6 +165,11 @@ VALUE_VARIANTS: dict[str, Callable[[ReferenceScores], torch.Tensor]] = {
     "ref_answer_after_path": _ref_answer_after_path,
     "ref_path_ratio": _ref_path_ratio,
 }
+if tuple(VALUE_VARIANTS) != VALUE_VARIANT_NAMES:  # the config checks against the names
+    raise ImportError(
+        f"VALUE_VARIANTS {list(VALUE_VARIANTS)} must have the keys of "
+        f"rredcot_names.VALUE_VARIANT_NAMES {list(VALUE_VARIANT_NAMES)}, in order"
+    )
 
 
 def value_estimate(variant: str, scores: ReferenceScores) -> torch.Tensor:

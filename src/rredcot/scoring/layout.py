@@ -30,9 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rredcot.scoring.layout_names import LAYOUTS
 from rredcot.scoring.queries import StateQuery
-
-LAYOUTS: tuple[str, ...] = ("shared", "packed", "split")
 
 ROW_TOKENS = 32
 """Default row width of the `packed` layout (tokens): each row pays a cache copy there."""

@@ -7,15 +7,17 @@
 `rredcot.training.methods` holds one short file per method (grpo, rredcot, mc);
 `rredcot.credit.advantages` the pure credit → advantage functions they share.
 
-The names below load on first use (PEP 562): the Snakefile imports the light submodules
-(`launch`, `curve_settings`) while it builds the DAG, and importing torch, transformers and TRL
-with them would cost every `snakemake` invocation, a dry run included, about 6 CPU seconds.
+The names below load on first use (PEP 562, `rredcot.lazy_exports`): the Snakefile imports
+the light submodules (`launch`, `curve_settings`) while it builds the DAG, and importing torch,
+transformers and TRL with them would cost every `snakemake` invocation, a dry run included,
+about 6 CPU seconds.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rredcot.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from rredcot.training.methods import (
@@ -73,15 +75,4 @@ __all__ = [
     "training_rows",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)

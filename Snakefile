@@ -50,6 +50,7 @@ include: "workflow/rules/common.smk"
 # dose-response table (workflow/rules/doses.smk); else the workflow itself.
 if config["doses"]:
 
+    include: "workflow/rules/dose_inputs.smk"
     include: "workflow/rules/doses.smk"
 
     rule all:
@@ -66,6 +67,7 @@ else:
     include: "workflow/rules/training.smk"
     include: "workflow/rules/evaluation.smk"
     include: "workflow/rules/tables.smk"
+    include: "workflow/rules/timing.smk"
 
     # A dose of a dose-response runs these rules under its own names and directory: the
     # plain workflow checks their benchmark paths and prices a run.

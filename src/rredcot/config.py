@@ -367,7 +367,7 @@ def _joint_errors(config: Mapping[str, Any]) -> list[str]:
     if config["studies"]["enabled"]:  # only the studies build the frontier's forms
         messages += _frontier_errors(config)
     # Settings a component would ignore (issue 32): the run-level overrides are checked with the
-    # runs (workflow/rules/common.smk, check_training_runs), the shared block here.
+    # runs (`rredcot.workflow.checks.check_training_runs`), the shared block here.
     training = config["training"]
     for error in (
         warmup_error(training["lr_scheduler"], training["warmup_ratio"]),

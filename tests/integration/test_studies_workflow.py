@@ -7,16 +7,9 @@ import json
 import polars as pl
 import pytest
 
-pytestmark = pytest.mark.slow
+from rredcot.workflow.targets import STUDY_ARTIFACTS as ARTIFACTS  # what the workflow builds
 
-ARTIFACTS = (
-    "estimator_agreement",
-    "attribution_correlation",
-    "segmentation_sweep",
-    "mc_truncation",
-    "error_localization",
-    "estimator_frontier",
-)
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

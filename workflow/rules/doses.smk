@@ -1,9 +1,10 @@
-# A dose-response (config key `doses`; the doses and the input functions are in common.smk):
-# the workflow once per level of one config key, each a Snakemake module of this Snakefile whose
-# paths use its own directory (results/credit_regimes/<name><level>/) in place of results/, then
-# the dose-response table. Rules of a dose are named after it (rate0p6_train_policy, ...). Each
-# dose generates its own copy of the world (seconds); when the doses share the world's settings,
-# the table's rule checks that the copies are identical files.
+# A dose-response (config key `doses`): the workflow once per level of one config key, each a
+# Snakemake module of this Snakefile whose paths use its own directory
+# (results/credit_regimes/<name><level>/) in place of results/, then the dose-response table.
+# Rules of a dose are named after it (rate0p6_train_policy, ...). Each dose generates its own
+# copy of the world (seconds); when the doses share the world's settings, the table's rule
+# checks that the copies are identical files. The doses and the table's inputs:
+# workflow/rules/dose_inputs.smk.
 
 for _dose in DOSES:
     dose_module = _dose.module

@@ -293,7 +293,10 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
     ("studies: {accuracy_band: [0.7, 0.3]}", ["config key 'studies.accuracy_band'", "low <= high"]),
     ("studies: {segmentation: {stratgy: keyword}}", ["studies.segmentation", "'strategy'"]),
     ("studies: {segmentation: {topq: 2}}", ["config key 'studies.segmentation.topq'"]),
-    ("studies: {segmentation: {strategy: fixed}}", ["config key 'studies.segmentation'", "fixed"]),
+    (
+        "studies: {segmentation: {strategy: fixed, num_segments: null}}",
+        ["config key 'studies.segmentation'", "fixed"],
+    ),
     ("segmentation: {strategy: hybrid, num_segments: null}", ["config key 'segmentation'"]),
     ("studies: {mc_n: [2, 2]}", ["config key 'studies.mc_n'", "non-unique"]),
     (  # the frontier's forms and transforms are checked like the blocks they override

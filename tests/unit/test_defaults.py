@@ -1,5 +1,7 @@
 """One default per setting: the settings classes' defaults are config.yaml's values (the frozen,
-documented choice) and the schema's `default:`s."""
+documented choice) and the schema's `default:`s, and no config under configs/ restates a value
+of the config it goes over without a comment saying why (a restatement would hide a later change
+of the default from that config's runs)."""
 
 from __future__ import annotations
 
@@ -90,3 +92,68 @@ def test_the_class_defaults_are_config_yamls_values_and_the_schemas(key: str, cl
         if _json(stated) != _json(want):
             drifted.append(f"{key}.{name}: schema default {stated!r}, config.yaml {want!r}")
     assert not drifted, "\n".join(drifted)
+
+
+def _leaves(
+    node: yaml.MappingNode, path: tuple[str, ...] = (), lines: tuple[int, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """(key path, lines) of every leaf of a composed YAML mapping (a list is a leaf): the key's
+    line and the first line of each flow mapping (`{...}`) it sits in."""
+    if node.flow_style:
+        lines = (*lines, node.start_mark.line)
+    for key, value in node.value:
+        here = (*path, key.value)
+        if isinstance(value, yaml.MappingNode) and value.value:
+            yield from _leaves(value, here, lines)
+        else:
+            yield here, (key.start_mark.line, *lines)
+
+
+def _commented(text: list[str], lines: tuple[int, ...]) -> bool:
+    """A comment says why: on the key's line or its flow mapping's first line, or in the
+    comment lines right above one of them."""
+    for line in lines:
+        if "#" in text[line] or (line and text[line - 1].lstrip().startswith("#")):
+            return True
+    return False
+
+
+def _base(overlay: dict[str, Any]) -> dict[str, Any]:
+    """config.yaml, with the config an overlay names (`rehearses`, `extends`) merged over it."""
+    from snakemake.utils import update_config
+
+    base = yaml.safe_load((REPO / "config.yaml").read_text())
+    for key in ("rehearses", "extends"):
+        if overlay.get(key):
+            update_config(base, yaml.safe_load((REPO / overlay[key]).read_text()))
+    return base
+
+
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+DOCUMENTED = {"paper_qwen3_4b", "paper_r1_distill_1p5b"}
+"""Paper configs state their whole protocol: docs/paper_settings.md gives every value its source
+and why (tests/unit/test_paper_settings.py), which says why a value equal to config.yaml's is
+pinned there."""
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in CONFIGS if p.stem not in DOCUMENTED], ids=lambda p: p.stem
+)
+def test_a_config_pins_only_what_differs_from_the_config_it_goes_over(path: Path) -> None:
+    text = path.read_text()
+    overlay, text_lines = yaml.safe_load(text), text.splitlines()
+    base = _base(overlay)
+    missing = object()
+    restated = []
+    for keys, lines in _leaves(yaml.compose(text)):
+        value, under = overlay, base
+        for k in keys:
+            value = value[k]
+            under = under.get(k, missing) if isinstance(under, dict) else missing
+        if (
+            under is not missing
+            and _json(under) == _json(value)
+            and not _commented(text_lines, lines)
+        ):
+            restated.append(f"{'.'.join(keys)}: {value!r} (line {lines[0] + 1})")
+    assert not restated, f"{path.name} restates without a comment:\n" + "\n".join(restated)

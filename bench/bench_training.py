@@ -52,7 +52,9 @@ def quick_base(out: Path, train_table, sft_steps: int) -> Path:
         {"prompt": task.build_prompt(r["problem"]), "completion": task.reference_completion(r)}
         for r in train_table.iter_rows(named=True)
     ]
-    settings = SFTSettings(max_steps=sft_steps, batch_size=32, max_length=160, logging_steps=100)
+    settings = SFTSettings(
+        max_steps=sft_steps, batch_size=32, max_length=160, logging_steps=100, anneal_steps=None
+    )
     run_sft(model, tokenizer, examples, settings, out)
     return out
 
@@ -112,7 +114,12 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    world = make_world(SplitSpec(n=512, depths=[2, 3, 4, 5]), {}, seed=1234, config=WorldConfig())
+    world = make_world(
+        SplitSpec(n=512, depths=[2, 3, 4, 5]),
+        {},
+        seed=1234,
+        config=WorldConfig(chain="any", shape="chain", avoid_misconception=None),
+    )
     table = world["train"]
     work = Path(tempfile.mkdtemp(prefix="bench_training_"))
     if args.model is None:

@@ -208,7 +208,7 @@ def main() -> None:
                 ours.boundaries,
                 batch.groups,
                 batch.completion_mask,
-                CreditConfig(center="none"),
+                CreditConfig(mode="immediate", center="none"),
             )
         adv["grpo"] = batch.outcome_advantages[:, None] * batch.completion_mask
         for g in batch.groups.unique():

@@ -409,7 +409,10 @@ def method_rows(device: str, tiny: bool, work: Path, deadline: float) -> list[Ro
 
     sizes = TINY_SIZES if tiny else GPU_SIZES
     world = make_world(
-        SplitSpec(n=sizes.train_problems, depths=[2, 3, 4, 5]), {}, seed=1234, config=WorldConfig()
+        SplitSpec(n=sizes.train_problems, depths=[2, 3, 4, 5]),
+        {},
+        seed=1234,
+        config=WorldConfig(chain="any", shape="chain", avoid_misconception=None),
     )["train"]
     base = quick_base(work / "base", world, sizes.sft_steps)
     widen_vocabulary(base, REAL_VOCAB)

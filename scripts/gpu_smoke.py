@@ -275,7 +275,7 @@ def main() -> None:
         SplitSpec(n=sizes.train_problems, depths=[2, 3, 4, 5]),
         {"synth_id": SplitSpec(n=sizes.eval_problems, depths=[3, 4, 5])},
         seed=1234,
-        config=WorldConfig(),
+        config=WorldConfig(chain="any", shape="chain", avoid_misconception=None),
     )
     work = Path(tempfile.mkdtemp(prefix="gpu_smoke_"))
     start = time.perf_counter()

@@ -263,13 +263,6 @@ RULES: list[tuple[str, str, str, str]] = [
     ),
     ("*", "training.save_steps", "ours", "a killed run loses at most 25 steps"),
     ("*", "training.mc.*", "ours", "the mc method's N and budget, cheaper than the studies'"),
-    (
-        "*",
-        "training.credit.*",
-        "ours",
-        "sigma -> token advantages: not stated by the paper; the transform the embedded default's "
-        "pre-registered study chose (mixed, beta 1; docs/positive_control.md)",
-    ),
     ("*", "training.resets.*", "official SRPO", "self-localization: temperature 0.3, 4096 tokens"),
     ("*", "training.device", "ours", "accelerate places each process on its GPU"),
     ("*", "training.bf16", "ours", "bf16 mixed precision with bf16 weights"),

@@ -86,13 +86,16 @@ def _parsed(path: Path, mtime_ns: int) -> dict[str, Any]:
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """The config schema, with the parts that list training methods filled in from
-    `rredcot.method_registry` (the one list of methods; the YAML leaves those places open)."""
+    `rredcot.method_registry` (the one list of methods) and those that list segmentation
+    strategies and keys from `rredcot.segmentation`; the YAML leaves those places open."""
     from rredcot.method_registry import schema_fragments
+    from rredcot.segmentation import schema_fragments as segmentation_fragments
 
     path = Path(path)
     schema = copy.deepcopy(_parsed(path, path.stat().st_mtime_ns))
     fragments = schema_fragments()
     names = fragments["names"]
+    segmentation = segmentation_fragments()
     try:
         training = schema["properties"]["training"]["properties"]
         training["methods"]["items"]["enum"] = list(names)
@@ -102,6 +105,18 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
         training["per_method"]["properties"] = fragments["per_method"]
     except KeyError as err:
         raise ConfigError(f"{path}: the schema has no place for the method list ({err})") from err
+    try:
+        strategies = segmentation["strategies"]
+        schema["properties"]["segmentation"]["properties"]["strategy"]["enum"] = strategies
+        studies = schema["properties"]["studies"]["properties"]
+        studies["segmentation"]["propertyNames"] = {"enum": segmentation["keys"]}
+        sweep = studies["sweep"]["properties"]["strategies"]
+        sweep["items"]["enum"] = list(strategies)
+        sweep["default"] = list(strategies)
+    except KeyError as err:
+        raise ConfigError(
+            f"{path}: the schema has no place for the segmentation names ({err})"
+        ) from err
     return schema
 
 

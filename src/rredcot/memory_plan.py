@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from rredcot.method_registry import method_spec
+from rredcot.segmentation import SegmentationConfig
 
 ENCODE_CHUNK = 256  # rredcot.scoring.encoding.ENCODE_CHUNK (kept equal by a test)
 CHUNK_ELEMENTS = 1 << 25  # rredcot.scoring.logprobs._MAX_CHUNK_ELEMENTS
@@ -336,7 +337,7 @@ def run_phases(
             shape,
             [PROMPT_TOKENS] * traces,
             [completion] * traces,
-            states=int((values.get("segmentation") or {}).get("num_segments") or 8) + 1,
+            states=_segments(values.get("segmentation")) + 1,
             max_resident_tokens=rredcot.get("max_resident_tokens"),
             max_tokens_per_pass=rredcot.get("max_tokens_per_pass"),
             prune_max_kept_tokens=rredcot.get("prune_max_kept_tokens"),
@@ -345,6 +346,13 @@ def run_phases(
     fixed = sum(phases[k] for k in FIXED_PHASES)
     phases["peak"] = fixed + max(phases["training"], phases["gathered"] + phases["credit"])
     return phases
+
+
+def _segments(segmentation: Mapping[str, Any] | None) -> int:
+    """K a run's credit scores states for: its segmentation's, the `SegmentationConfig` default
+    where the block leaves it out or has none (a strategy's own count, unknown before the
+    responses exist)."""
+    return int((segmentation or {}).get("num_segments") or SegmentationConfig.num_segments)
 
 
 FIXED_PHASES = ("weights", "gradients", "optimizer", "vllm")

@@ -44,6 +44,7 @@ available):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -427,6 +428,16 @@ STRATEGIES: dict[str, Strategy] = {
     "low_prob_cutpoints": _run_low_prob,
     "hybrid": _run_hybrid,
 }
+
+
+def schema_fragments() -> dict[str, list[str]]:
+    """The parts of the config schema that list segmentation's names, built from
+    `STRATEGIES` and `SegmentationConfig`'s fields (`rredcot.config.load_schema` puts them in
+    place), so a new strategy or key needs no second list."""
+    return {
+        "strategies": list(STRATEGIES),
+        "keys": [f.name for f in dataclasses.fields(SegmentationConfig)],
+    }
 
 
 def segment(

@@ -77,11 +77,11 @@ ESTIMATORS: dict[str, tuple[type, str]] = {
 not listed has none, and its block must be empty)."""
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "segmentation": {"strategy": "hybrid", "num_segments": 8, "discourse_markers": True},
-    "rredcot": {"answer_now": "joint"},
-    "transform": {"mode": "mixed", "beta": 1.0, "center": "none"},
+    "resets": {"localization_max_new_tokens": 4096},
 }
-"""The workflow's settings for math reasoning traces (configs/paper_*.yaml over config.yaml),
-under the keys a config leaves out; the other keys keep their classes' defaults."""
+"""The workflow's settings for math reasoning traces (configs/paper_*.yaml over config.yaml)
+where they differ from the settings classes' defaults (config.yaml's, for the tiny synthetic
+world), under the keys a config leaves out; the other keys keep their classes' defaults."""
 MC_BATCH_SIZE = "batch_size"
 """The one `estimator` key of `mc` beyond `MCConfig`'s: rollout rows per generate call."""
 
@@ -179,7 +179,8 @@ class RREDCoTConfig(GRPOConfig):
             "help": "The credit's estimator settings (None: defaults). rredcot (METHOD.md §3): "
             f"{_defaults(EstimatorConfig, 'rredcot')}. mc (§5): {_defaults(MCConfig)}, "
             f"{MC_BATCH_SIZE}=64 (rollout rows per generate call). oppo (§8): "
-            f"{_defaults(OPPOConfig)}. rrpo/srpo (§6): {_defaults(ResetConfig)}. grpo: none."
+            f"{_defaults(OPPOConfig)}. rrpo/srpo (§6): {_defaults(ResetConfig, 'resets')}. "
+            "grpo: none."
         },
     )
     transform: dict[str, Any] | str | None = field(
@@ -264,7 +265,7 @@ class RREDCoTConfig(GRPOConfig):
                 raise ValueError(f"{name}: expected a dict or a JSON object, got {block!r}")
         estimator = dict(self.estimator or {})
         segmentation = {**PAPER_DEFAULTS["segmentation"], **(self.segmentation or {})}
-        transform = {**PAPER_DEFAULTS["transform"], **(self.transform or {})}
+        transform = {**PAPER_DEFAULTS.get("transform", {}), **(self.transform or {})}
         blocks: dict[str, Any] = {
             "segmentation": SegmentationConfig.from_dict(segmentation),
             "credit": CreditConfig.from_dict(transform),

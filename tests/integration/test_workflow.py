@@ -448,7 +448,7 @@ def test_lint_is_clean(repo, run_snakemake, stub_mirror):
 
 def test_a_variant_runs_its_method_with_its_settings_merged(repo, tmp_path, run_snakemake):
     """training.variants: an extra run named like a method, the method's settings with the
-    variant's merged key by key (credit.center changed, credit.mode kept: smoke.yaml's mixed)."""
+    variant's merged key by key (credit.center changed, credit.mode kept: config.yaml's mixed)."""
     extra = tmp_path / "variant.yaml"
     extra.write_text(
         "training:\n  credit: {center: none}\n  variants:\n    - {name: rredcot_center_group, "

@@ -144,7 +144,9 @@ def by_hand(rows):
 
 
 def test_immediate_by_hand():
-    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("immediate", eps=0.0))
+    a = token_advantages(
+        SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("immediate", eps=0.0, center="group")
+    )
     assert a.shape == (2, 4) and a.dtype == torch.float32
     assert a.tolist() == by_hand([[2 / S17, -4 / S17, -4 / S17, -4 / S17], [5 / S17] * 2 + [0, 0]])
     # the mean and std over the group's unmasked tokens are 0 and 1
@@ -156,7 +158,9 @@ def test_immediate_by_hand():
 def test_center_group_weighs_by_tokens_not_segments():
     """Counting each segment once (the mean 1/3 of (0.5, −0.5, 1)) gives other advantages:
     segment weighting is what token weighting replaced (METHOD.md §4)."""
-    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(eps=0.0))
+    a = token_advantages(
+        SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(eps=0.0, mode="immediate", center="group")
+    )
     per_segment = whiten_groups(SIGMAS, [0, 0], eps=0.0)  # each segment once
     assert a[0, 0].item() != pytest.approx(per_segment[0][0].item(), rel=1e-3)
     weights = segment_token_counts(BOUNDS, MASK)
@@ -165,7 +169,9 @@ def test_center_group_weighs_by_tokens_not_segments():
 
 
 def test_reward_to_go_by_hand():
-    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("reward_to_go", eps=0.0))
+    a = token_advantages(
+        SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig("reward_to_go", eps=0.0, center="group")
+    )
     # G = (0, −0.5) and (1,); over the tokens (0, −0.5 ×3, 1 ×2): mean 1/12, variance 65/144
     s = math.sqrt(65)
     assert a.tolist() == by_hand([[-1 / s, -7 / s, -7 / s, -7 / s], [11 / s] * 2 + [0, 0]])
@@ -173,7 +179,7 @@ def test_reward_to_go_by_hand():
 
 def test_mixed_by_hand():
     outcome = torch.tensor([0.7, -0.7])
-    cfg = CreditConfig("mixed", beta=0.5, eps=0.0)
+    cfg = CreditConfig("mixed", beta=0.5, eps=0.0, center="group")
     a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, cfg, outcome)
     want = [
         [0.7 + 0.5 * 2 / S17] + [0.7 - 0.5 * 4 / S17] * 3,
@@ -186,7 +192,9 @@ def test_mixed_by_hand():
 
 def test_center_none_immediate_by_hand():
     # σ / std over the segments (0.5, −0.5, 1): 0.5 · 6/√14 = 3/√14; EOS as its segment
-    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(eps=0.0, center="none"))
+    a = token_advantages(
+        SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(eps=0.0, center="none", mode="immediate")
+    )
     assert a.tolist() == by_hand([[3 / S14] + [-3 / S14] * 3, [6 / S14] * 2 + [0, 0]])
 
 
@@ -206,12 +214,16 @@ def test_center_none_mixed_by_hand():
 
 
 def test_eps_is_added_to_the_std():
-    a = token_advantages(SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(center="none", eps=0.5))
+    a = token_advantages(
+        SIGMAS, BOUNDS, [0, 0], MASK, CreditConfig(center="none", eps=0.5, mode="immediate")
+    )
     assert a[0, 0].item() == pytest.approx(0.5 / (math.sqrt(7 / 18) + 0.5), rel=1e-6)
 
 
 def test_groups_are_whitened_separately():
-    a = token_advantages(SIGMAS, BOUNDS, [0, 1], MASK, CreditConfig(eps=0.0))
+    a = token_advantages(
+        SIGMAS, BOUNDS, [0, 1], MASK, CreditConfig(eps=0.0, mode="immediate", center="group")
+    )
     # row 0 alone, over its tokens (0.5, −0.5 ×3): mean −1/4, deviations (3/4, −1/4 ×3), std √3/4
     s3 = math.sqrt(3)
     assert a[0].tolist() == pytest.approx([s3, -1 / s3, -1 / s3, -1 / s3], rel=1e-6)
@@ -219,10 +231,11 @@ def test_groups_are_whitened_separately():
 
 
 def test_token_advantages_refuse_bad_input():
+    immediate = CreditConfig(mode="immediate", center="group")
     with pytest.raises(ValueError, match="need B rows"):
-        token_advantages(SIGMAS[:1], BOUNDS, [0, 0], MASK)
+        token_advantages(SIGMAS[:1], BOUNDS, [0, 0], MASK, immediate)
     with pytest.raises(ValueError, match="not finite"):
-        token_advantages([[float("nan"), 0.0], [1.0]], BOUNDS, [0, 0], MASK)
+        token_advantages([[float("nan"), 0.0], [1.0]], BOUNDS, [0, 0], MASK, immediate)
     with pytest.raises(ValueError, match="credit.mode"):
         CreditConfig(mode="gae")
     with pytest.raises(ValueError, match="unknown credit key"):
@@ -243,13 +256,17 @@ def test_properties_of_the_modes(sigmas, outcome_value):
     for i, s in enumerate(sigmas):
         mask[i, : len(s) + 1] = 1
     groups = [0] * len(sigmas)
-    a = token_advantages(sigmas, bounds, groups, mask, CreditConfig(eps=0.0))
+    a = token_advantages(
+        sigmas, bounds, groups, mask, CreditConfig(eps=0.0, mode="immediate", center="group")
+    )
     assert (a[mask == 0] == 0).all()
     tokens = a[mask.bool()].double()  # whitened over the group's tokens: mean 0, std 1 (or flat)
     assert abs(float(tokens.mean())) < 1e-5
     assert (tokens == 0).all() or float(tokens.std(unbiased=False)) == pytest.approx(1, rel=1e-4)
     outcome = torch.full((len(sigmas),), outcome_value)
-    plain = token_advantages(sigmas, bounds, groups, mask, CreditConfig("mixed", beta=0.0), outcome)
+    plain = token_advantages(
+        sigmas, bounds, groups, mask, CreditConfig("mixed", beta=0.0, center="group"), outcome
+    )
     assert torch.allclose(plain, outcome[:, None] * mask)  # β = 0: the outcome advantage
 
 
@@ -277,7 +294,9 @@ def test_center_none_through_token_advantages_and_config() -> None:
     mask = torch.ones(2, 4)
     sigma = [torch.tensor([0.5, -0.25]), torch.tensor([0.25, 0.5])]
     bounds = [[0, 2, 4], [0, 1, 4]]
-    adv = token_advantages(sigma, bounds, [0, 0], mask, CreditConfig(center="none"))
+    adv = token_advantages(
+        sigma, bounds, [0, 0], mask, CreditConfig(center="none", mode="immediate")
+    )
     assert adv[0, 0] > 0 and adv[0, 3] < 0 and torch.all(adv[1] > 0)
     with pytest.raises(ValueError, match="credit.center"):
         CreditConfig(center="mean")

@@ -147,6 +147,28 @@ def test_the_schema_lists_the_registrys_methods(repo, schema):
     assert "enum: [grpo, rredcot" not in text and "\n          rredcot:\n" not in text
 
 
+def test_the_schema_lists_the_segmentation_strategies_and_keys_of_the_code(repo, schema, default):
+    """Strategies (the block's, the sweep's and its default: all) and the keys the studies may
+    override are `rredcot.segmentation`'s; the YAML lists none of them, so a new strategy or
+    key is allowed everywhere at once, and a key the block lacks is refused."""
+    import dataclasses
+
+    from rredcot.segmentation import STRATEGIES, SegmentationConfig
+
+    strategies = list(STRATEGIES)
+    keys = [f.name for f in dataclasses.fields(SegmentationConfig)]
+    assert schema["properties"]["segmentation"]["properties"]["strategy"]["enum"] == strategies
+    studies = schema["properties"]["studies"]["properties"]
+    assert studies["segmentation"]["propertyNames"]["enum"] == keys
+    sweep = studies["sweep"]["properties"]["strategies"]
+    assert sweep["items"]["enum"] == strategies and sweep["default"] == strategies
+    text = (repo / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    assert "low_prob_cutpoints, hybrid]" not in text and "merge_score, topq" not in text
+    default["studies"]["sweep"]["strategies"] = ["keyword", "no_such_strategy"]
+    with pytest.raises(ConfigError, match=r"studies\.sweep\.strategies"):
+        validate_config(default, schema)
+
+
 def test_a_variant_named_like_a_method_is_refused(schema, default):
     default["training"]["variants"] = [{"name": "oracle_step", "method": "grpo"}]
     with pytest.raises(ConfigError, match=r"training\.variants\.0\.name"):
@@ -271,7 +293,10 @@ LATE_VALUES = [  # (overlay on the smoke config, texts the load-time error must 
     ("studies: {accuracy_band: [0.7, 0.3]}", ["config key 'studies.accuracy_band'", "low <= high"]),
     ("studies: {segmentation: {stratgy: keyword}}", ["studies.segmentation", "'strategy'"]),
     ("studies: {segmentation: {topq: 2}}", ["config key 'studies.segmentation.topq'"]),
-    ("studies: {segmentation: {strategy: fixed}}", ["config key 'studies.segmentation'", "fixed"]),
+    (
+        "studies: {segmentation: {strategy: fixed, num_segments: null}}",
+        ["config key 'studies.segmentation'", "fixed"],
+    ),
     ("segmentation: {strategy: hybrid, num_segments: null}", ["config key 'segmentation'"]),
     ("studies: {mc_n: [2, 2]}", ["config key 'studies.mc_n'", "non-unique"]),
     (  # the frontier's forms and transforms are checked like the blocks they override

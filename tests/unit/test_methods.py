@@ -255,7 +255,9 @@ def test_rredcot_sigma_is_the_estimators_and_fills_its_segments(model, tokenizer
     mask = batch.completion_mask
     assert out.advantages.shape == mask.shape and out.forward_tokens == tokens
     assert (out.advantages[mask == 0] == 0).all()
-    want = token_advantages(sigmas, boundaries, batch.groups, mask, CreditConfig())
+    want = token_advantages(
+        sigmas, boundaries, batch.groups, mask, m.credit, batch.outcome_advantages
+    )
     torch.testing.assert_close(out.advantages, want)
     for i, b in enumerate(boundaries):  # one value per segment; the EOS joins the last one
         row = out.advantages[i]
@@ -412,7 +414,8 @@ def test_mc_sigma_from_fixed_rollout_outcomes(
     assert metrics["credit/mc_missing_states"] == missing
     assert tokens == engine.generated  # the keyword split costs no pass; the rollouts do
     out = m.advantages(batch, model)
-    want = token_advantages(got, boundaries, batch.groups, batch.completion_mask, m.credit)
+    mask = batch.completion_mask
+    want = token_advantages(got, boundaries, batch.groups, mask, m.credit, batch.outcome_advantages)
     torch.testing.assert_close(out.advantages, want)
 
 
@@ -614,7 +617,9 @@ def test_oppo_token_level_sigma_is_the_bayes_advantage_of_each_token(model, toke
     out = m.advantages(batch, model)
     assert out.advantages.shape == mask.shape and out.forward_tokens == want_tokens
     assert (out.advantages[mask == 0] == 0).all()
-    want = token_advantages(credit.sigmas, credit.boundaries, batch.groups, mask, CreditConfig())
+    want = token_advantages(
+        credit.sigmas, credit.boundaries, batch.groups, mask, m.credit, batch.outcome_advantages
+    )
     torch.testing.assert_close(out.advantages, want)
     for i, b in enumerate(credit.boundaries):  # the EOS takes its last token's advantage
         if RESPONSES[i][2]:

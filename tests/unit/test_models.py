@@ -176,7 +176,7 @@ def test_unreachable_hub_id_names_the_id_and_suggests_a_local_path(monkeypatch):
 
 def test_prompt_tokens_carry_no_loss(tokenizer, tmp_path):
     model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
-    settings = SFTSettings(max_steps=1, batch_size=2, max_length=64)
+    settings = SFTSettings(max_steps=1, batch_size=2, max_length=64, anneal_steps=None)
     trainer = build_sft_trainer(model, tokenizer, EXAMPLES, settings, tmp_path)
     for ex, row in zip(EXAMPLES, trainer.train_dataset, strict=True):
         n_prompt = len(tokenizer(ex["prompt"])["input_ids"])
@@ -191,7 +191,12 @@ def test_run_sft_lowers_completion_loss_and_saves_a_loadable_checkpoint(tokenize
     model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
     before = completion_nll(model, tokenizer, EXAMPLES)
     settings = SFTSettings(
-        max_steps=40, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0, logging_steps=10
+        max_steps=40,
+        batch_size=4,
+        learning_rate=1e-2,
+        warmup_ratio=0.0,
+        logging_steps=10,
+        anneal_steps=None,
     )
     metrics = run_sft(model, tokenizer, EXAMPLES, settings, tmp_path / "sft")
     after = completion_nll(model, tokenizer, EXAMPLES)
@@ -220,7 +225,13 @@ def test_run_sft_lowers_completion_loss_and_saves_a_loadable_checkpoint(tokenize
 def test_run_sft_rejects_bad_examples(tokenizer, tmp_path, examples, match):
     model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
     with pytest.raises(ValueError, match=match):
-        run_sft(model, tokenizer, examples, SFTSettings(max_steps=1, max_length=64), tmp_path)
+        run_sft(
+            model,
+            tokenizer,
+            examples,
+            SFTSettings(max_steps=1, max_length=64, anneal_steps=None),
+            tmp_path,
+        )
 
 
 @pytest.mark.parametrize(
@@ -274,7 +285,9 @@ def test_reference_fit_greedy_share_of_a_policy_with_a_known_argmax(tokenizer, h
 def test_reference_fit_greedy_share_is_one_for_a_memorized_set(tokenizer, tmp_path):
     torch.set_num_threads(1)
     model = build_tiny_model(SMALL_ARCH, tokenizer, seed=0)
-    settings = SFTSettings(max_steps=60, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0)
+    settings = SFTSettings(
+        max_steps=60, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0, anneal_steps=None
+    )
     run_sft(model, tokenizer, EXAMPLES, settings, tmp_path / "sft")
     fit = reference_fit(model, tokenizer, EXAMPLES)
     assert fit["heldout/greedy"] == 1.0 and fit["heldout/p_reference"] > 0.5

@@ -47,7 +47,13 @@ class ScriptedBackend:
 @pytest.fixture()
 def problems() -> pl.DataFrame:
     """Five synthetic problems; rows 1–4 get their solution or answer spoiled."""
-    df = generate_split(5, [2], seed=0, split="train", config=WorldConfig())
+    df = generate_split(
+        5,
+        [2],
+        seed=0,
+        split="train",
+        config=WorldConfig(chain="any", shape="chain", avoid_misconception=None),
+    )
     solutions = df["solution"].to_list()
     answers = df["answer"].to_list()
     wrong = str((int(answers[1]) + 1) % 10)
@@ -146,7 +152,13 @@ def test_attempts_stop_once_every_problem_has_one(problems: pl.DataFrame) -> Non
 
 
 def test_synthetic_dataset_solutions_are_their_own_references() -> None:
-    df = generate_split(20, [2, 3, 5], seed=1, split="train", config=WorldConfig())
+    df = generate_split(
+        20,
+        [2, 3, 5],
+        seed=1,
+        split="train",
+        config=WorldConfig(chain="any", shape="chain", avoid_misconception=None),
+    )
     out, report = build_references(df, SYNTH, None, seed=0, **OPTIONS)
     assert report.counts["dataset"] == 20 and report.coverage == 1.0
     assert out["reference"].to_list() == df["solution"].to_list()

@@ -697,7 +697,8 @@ def test_model_credit_cost_and_batching(model, tokenizer):
         Trace(*_trace(tokenizer, SOLUTION), ref, 1.0),
         Trace(*_trace(tokenizer, WRONG), ref, 0.0),
     ]
-    exact = RREDCoTConfig(prune_nats=None)  # every suffix in full: the cost is a formula
+    # every suffix in full: the cost is a formula (the conditional answer-now, as counted below)
+    exact = RREDCoTConfig(prune_nats=None, answer_now="conditional")
     batch = rredcot_credit_batch(model, tokenizer, task, traces, exact)
     alone = [
         rredcot_credit(
@@ -721,7 +722,7 @@ def test_model_credit_cost_and_batching(model, tokenizer):
     # runs its tokens without the last, less those that repeat τ's own next tokens (read off
     # the encoding: here the "\n" that starts every continuation after a step line).
     p, t = len(traces[1].prompt_ids), len(traces[1].response_ids)
-    kw = {"with_conditional": True}  # the default answer_now scores A and A ⊕ y* ⊕ close too
+    kw = {"with_conditional": True}  # the conditional answer_now scores A and A ⊕ y* ⊕ close too
     after = build_continuations(task, ref, tokenizer, state_kind="newline", **kw).all_ids()
     other = build_continuations(task, ref, tokenizer, state_kind="line_end", **kw).all_ids()
     response = traces[1].response_ids

@@ -108,7 +108,13 @@ def test_device_auto_without_cuda_is_refused_before_training(
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     path = tiny_checkpoint("device_auto")
-    table = generate_split(4, [2], 3, "train", WorldConfig(modulus=2))
+    table = generate_split(
+        4,
+        [2],
+        3,
+        "train",
+        WorldConfig(modulus=2, chain="any", shape="chain", avoid_misconception=None),
+    )
     settings = TrainingSettings(
         device="auto", prompts_per_step=2, num_generations=2, max_completion_length=8,
         max_steps=1,

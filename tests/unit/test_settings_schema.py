@@ -67,6 +67,8 @@ def _json(value: Any) -> Any:
 
 REQUIRED: dict[type, dict[str, Any]] = {
     LoraSettings: {"r": 8, "alpha": 16.0},
+    # the anneal (400 steps by default) must be shorter than the run: none, so max_steps may be 1
+    SFTSettings: {"anneal_steps": None},
     # a warm-up needs a schedule that has one; rule_share needs the world's misconception
     TrainingSettings: {
         "lr_scheduler": "linear",

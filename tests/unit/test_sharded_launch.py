@@ -33,7 +33,13 @@ def test_a_zero3_run_resumed_at_its_last_step_publishes_its_weights(
     the checkpoint without preparing the model, so there is no DeepSpeed engine to gather from;
     the weights are whole on every process and are saved as they are."""
     path = tiny_checkpoint("zero3_done")
-    table = generate_split(4, [2], 3, "train", WorldConfig(modulus=2))
+    table = generate_split(
+        4,
+        [2],
+        3,
+        "train",
+        WorldConfig(modulus=2, chain="any", shape="chain", avoid_misconception=None),
+    )
     settings = TrainingSettings.from_dict(
         {
             "prompts_per_step": 2,

@@ -119,7 +119,14 @@ def programs(draw: st.DrawFn) -> Program:
     n_given = draw(st.integers(1, 4))
     ops = draw(st.lists(st.sampled_from(OPS), min_size=1, max_size=3, unique=True))
     depth = draw(st.integers(1, 9))
-    config = WorldConfig(modulus=modulus, n_given=n_given, ops=tuple(ops))
+    config = WorldConfig(
+        modulus=modulus,
+        n_given=n_given,
+        ops=tuple(ops),
+        chain="any",
+        shape="chain",
+        avoid_misconception=None,
+    )
     return draw_program(random.Random(draw(st.integers(0, 2**32))), depth, config)
 
 

@@ -1145,7 +1145,7 @@ def test_reference_kinds_and_overlaps_beside_every_trace() -> None:
 
 
 def test_the_study_pool_is_disjoint_from_the_world_and_leaves_it_alone() -> None:
-    config = WorldConfig(chain="bijective")
+    config = WorldConfig(chain="bijective", shape="chain", avoid_misconception=None)
     world = make_world(SplitSpec(50, (2, 3)), {"synth_id": SplitSpec(20, (3,))}, 7, config)
     taken = frozenset(p for df in world.values() for p in df["problem"].to_list())
     pool = make_study_pool(SplitSpec(40, (2, 3)), 7, config, taken)

@@ -26,7 +26,7 @@ from rredcot.data.synthetic import (
 )
 from rredcot.tasks.synthetic import SyntheticTask
 
-CONFIG = WorldConfig()
+CONFIG = WorldConfig(chain="any", shape="chain", avoid_misconception=None)
 
 
 def recompute(problem: str, modulus: int) -> list[tuple[str, int]]:
@@ -73,7 +73,15 @@ def test_depths_round_robin_and_respected() -> None:
         assert Program.from_json(row["program"]).depth == row["depth"]
 
 
-@pytest.mark.parametrize("config", [WorldConfig(), WorldConfig(modulus=13, n_given=2, ops=["-"])])
+@pytest.mark.parametrize(
+    "config",
+    [
+        WorldConfig(chain="any", shape="chain", avoid_misconception=None),
+        WorldConfig(
+            modulus=13, n_given=2, ops=["-"], chain="any", shape="chain", avoid_misconception=None
+        ),
+    ],
+)
 def test_answers_and_step_values_match_independent_recomputation(config: WorldConfig) -> None:
     df = generate_split(300, [1, 3, 6], 3, "train", config)
     for row in df.iter_rows(named=True):
@@ -95,10 +103,12 @@ def test_every_step_uses_the_previous_result() -> None:
 
 
 def test_problem_space_size_hand_computed_and_by_enumeration() -> None:
-    two = WorldConfig(n_given=2)
+    two = WorldConfig(n_given=2, chain="any", shape="chain", avoid_misconception=None)
     assert problem_space_size(1, two) == 10**2 * 3 * 2  # 600
     assert problem_space_size(2, two) == 600 * 3 * 2 * 2  # 7200
-    tiny = WorldConfig(modulus=2, n_given=2, ops=("+",))
+    tiny = WorldConfig(
+        modulus=2, n_given=2, ops=("+",), chain="any", shape="chain", avoid_misconception=None
+    )
     rng = random.Random(0)
     seen = {draw_program(rng, 2, tiny).problem_text() for _ in range(3000)}
     assert len(seen) == problem_space_size(2, tiny) == 4 * 2 * 4
@@ -167,7 +177,9 @@ def test_generate_split_argument_checks() -> None:
         generate_split(20_000, [1], 0, "train", CONFIG)  # only 18,000 depth-1 problems exist
     with pytest.raises(ValueError, match="split"):
         generate_split(5, [2], 0, "Train set", CONFIG)
-    tiny = WorldConfig(n_given=1, ops=("+",))  # 10 depth-1 problems: a=0 … a=9, b=a+a
+    tiny = WorldConfig(
+        n_given=1, ops=("+",), chain="any", shape="chain", avoid_misconception=None
+    )  # 10 depth-1 problems: a=0 … a=9, b=a+a
     assert generate_split(10, [1], 0, "train", tiny)["problem"].n_unique() == 10  # all of them
     taken = frozenset(generate_split(9, [1], 0, "train", tiny)["problem"])
     with pytest.raises(ValueError, match="no new problem of depth 1"):
@@ -221,7 +233,7 @@ def test_task_grade(response: str, correct: bool, extracted: str | None, status:
 # --- bijective chains and slipped demonstrations
 
 
-BIJECTIVE = WorldConfig(chain="bijective")
+BIJECTIVE = WorldConfig(chain="bijective", shape="chain", avoid_misconception=None)
 
 
 def test_bijective_givens_are_units_and_later_steps_use_a_given() -> None:
@@ -253,7 +265,14 @@ def test_bijective_one_wrong_step_always_changes_the_answer() -> None:
 
 
 def test_problem_space_size_bijective_by_enumeration() -> None:
-    tiny = WorldConfig(modulus=3, n_given=2, ops=("+", "*"), chain="bijective")  # units 1, 2
+    tiny = WorldConfig(
+        modulus=3,
+        n_given=2,
+        ops=("+", "*"),
+        chain="bijective",
+        shape="chain",
+        avoid_misconception=None,
+    )  # units 1, 2
     # 2^2 givens x 2 ops x 2 ordered pairs; then 2 ops x 2 sides x 2 givens per later step
     assert problem_space_size(2, tiny) == 4 * 2 * 2 * (2 * 2 * 2)
     rng = random.Random(0)
@@ -263,7 +282,7 @@ def test_problem_space_size_bijective_by_enumeration() -> None:
 
 def test_unknown_chain_is_an_error_naming_it() -> None:
     with pytest.raises(ValueError, match="chain"):
-        WorldConfig(chain="tree")
+        WorldConfig(chain="tree", shape="chain", avoid_misconception=None)
 
 
 def test_slipped_solution_without_slips_is_the_reference() -> None:

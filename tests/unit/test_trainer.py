@@ -399,7 +399,7 @@ def base(tmp_path_factory, tokenizer):
     """A tiny policy that writes the synthetic format (mod-2 world: about half its answers are
     right, so groups have reward spread), and its train table."""
     out = tmp_path_factory.mktemp("base")
-    world = WorldConfig(modulus=2)
+    world = WorldConfig(modulus=2, chain="any", shape="chain", avoid_misconception=None)
     table = generate_split(64, [2], 5, "train", world)
     task = get_task("synthetic")
     examples = [
@@ -408,7 +408,9 @@ def base(tmp_path_factory, tokenizer):
     ]
     arch = {**ARCH, "hidden_size": 64, "head_dim": 32, "num_hidden_layers": 2}
     model = build_tiny_model(arch, tokenizer, seed=0)
-    sft = SFTSettings(max_steps=120, batch_size=32, learning_rate=5e-3, max_length=96)
+    sft = SFTSettings(
+        max_steps=120, batch_size=32, learning_rate=5e-3, max_length=96, anneal_steps=None
+    )
     run_sft(model, tokenizer, examples, sft, out)
     write_parquet(table, out / "train.parquet")
     return out, table

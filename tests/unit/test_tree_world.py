@@ -28,7 +28,7 @@ from rredcot.data.synthetic import (
     step_forms,
 )
 
-TREE = WorldConfig(shape="tree")
+TREE = WorldConfig(shape="tree", chain="any", avoid_misconception=None)
 # a=3, b=7, c=9; d=a+b, e=c*a (two branches), f=d-e joins them; listed shuffled.
 HAND = Program(
     10,
@@ -133,7 +133,9 @@ def test_dataset_solutions_and_demonstrations_cover_several_paths() -> None:
 
 
 def test_chain_world_paths_are_unchanged() -> None:
-    chain = draw_program(random.Random(0), 4, WorldConfig(chain="bijective"))
+    chain = draw_program(
+        random.Random(0), 4, WorldConfig(chain="bijective", shape="chain", avoid_misconception=None)
+    )
     assert chain.listing is None and chain.order_count() == 1
     assert slipped_solution(chain, random.Random(1), 0.0) == chain.solution_text()
 
@@ -202,7 +204,14 @@ def test_branches_that_do_not_fit_a_depth_or_a_chain_world_raise() -> None:
     with pytest.raises(ValueError, match="branches must be null or an int"):
         SplitSpec(n=4, depths=[4], branches=0)
     with pytest.raises(ValueError, match="needs world.shape 'tree'"):
-        generate_split(4, [4], 0, "x", WorldConfig(chain="bijective"), branches=1)
+        generate_split(
+            4,
+            [4],
+            0,
+            "x",
+            WorldConfig(chain="bijective", shape="chain", avoid_misconception=None),
+            branches=1,
+        )
 
 
 def test_a_one_branch_split_leaves_every_other_split_unchanged() -> None:

@@ -194,19 +194,39 @@ def test_the_workflows_run_settings_reach_its_methods_through_the_public_config(
         assert got.mc_batch_size == 5
 
 
+TUNED = {"rredcot": {"max_tokens_per_pass", "max_resident_tokens", "prune_max_kept_tokens"}}
+"""Memory caps the paper configs size for their GPUs; the public config leaves them open."""
+
+
 def test_the_defaults_are_the_workflows_for_math_reasoning_traces():
-    """PAPER_DEFAULTS are the paper configs' settings (over config.yaml's)."""
+    """The public config's blocks, PAPER_DEFAULTS over the settings classes' defaults, are the
+    paper configs' settings (over config.yaml's) key by key."""
     from rredcot.trl import PAPER_DEFAULTS
 
     base = yaml.safe_load((REPO / "config.yaml").read_text())
+    built = RREDCoTConfig(output_dir="unused", credit="srpo", **COMMON).method_settings()
+    rredcot = RREDCoTConfig(output_dir="unused", **COMMON).method_settings()
+    blocks = {
+        "segmentation": rredcot.segmentation,
+        "rredcot": rredcot.rredcot,
+        "transform": rredcot.credit,
+        "resets": built.resets,
+    }  # as YAML reads them (lists, not tuples)
+    public = {k: json.loads(json.dumps(dataclasses.asdict(v))) for k, v in blocks.items()}
     for name in ("paper_qwen3_4b", "paper_r1_distill_1p5b"):
         paper = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
-        segmentation = {**base["segmentation"], **paper["segmentation"]}
-        rredcot = {**base["estimator"]["rredcot"], **paper["estimator"]["rredcot"]}
-        transform = {**base["training"]["credit"], **paper["training"]["credit"]}
-        for block, values in (("segmentation", segmentation), ("rredcot", rredcot)):
-            assert PAPER_DEFAULTS[block].items() <= values.items()
-        assert PAPER_DEFAULTS["transform"].items() <= transform.items()
+        merged = {
+            "segmentation": {**base["segmentation"], **paper["segmentation"]},
+            "rredcot": {**base["estimator"]["rredcot"], **paper["estimator"]["rredcot"]},
+            "transform": {**base["training"]["credit"], **paper["training"].get("credit", {})},
+            "resets": {**base["training"]["resets"], **paper["training"]["resets"]},
+        }
+        for block, values in merged.items():
+            assert PAPER_DEFAULTS.get(block, {}).items() <= values.items(), (name, block)
+            # the keys both state agree (the paper configs tune sizes the public config leaves)
+            stated = {k: v for k, v in values.items() if k in public[block]}
+            differ = {k for k, v in stated.items() if public[block][k] != v}
+            assert not differ - TUNED.get(block, set()), (name, block, differ)
 
 
 def test_an_unsupported_trl_version_fails_at_import_naming_both_versions(monkeypatch):

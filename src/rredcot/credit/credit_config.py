@@ -27,13 +27,14 @@ MIN_STD = 1e-8  # a group whose values spread less than this carries no signal: 
 class CreditConfig:
     """The `training.credit` block: how segment signals σ become token advantages (§4)."""
 
-    mode: str = "immediate"
-    """One of `CREDIT_MODES`: immediate (RUDDER default) | reward_to_go | mixed."""
+    mode: str = "mixed"
+    """One of `CREDIT_MODES`: immediate (RUDDER's) | reward_to_go | mixed (the outcome advantage
+    plus β·whiten(σ), the workflow's pre-registered transform)."""
     beta: float = 1.0
     """β of `mixed`: A_i + β·whiten(σ_{i,k})."""
     eps: float = TRL_EPS
     """ε added to the std when whitening σ (the same value TRL adds to the reward std)."""
-    center: str = "group"
+    center: str = "none"
     """One of `CENTERS`: `group` subtracts the group mean of σ before dividing by its std (both
     over the group's tokens, METHOD.md §4); `none` only divides (by the std over the group's
     segments), so a correct segment of an all-correct group keeps its positive sign."""

@@ -34,8 +34,9 @@ class RREDCoTConfig:
     """Weight of the continuation value v̂ in the potential Φ."""
     return_equivalence: str = "terminal_correction"
     """How σ is made to sum to the return: terminal_correction (Σσ = R − Φ_0) | rescale (Σσ = R)."""
-    answer_now: str = "conditional"
-    """R̂_k: conditional π(y* ⊕ close | s_k ⊕ A) | joint π(A ⊕ y* ⊕ close [⊕ EOS] | s_k)."""
+    answer_now: str = "joint"
+    """R̂_k: conditional π(y* ⊕ close | s_k ⊕ A) | joint π(A ⊕ y* ⊕ close [⊕ EOS] | s_k) (the
+    workflow's pre-registered form, config.yaml)."""
     eps: float = 1e-8
     """`rescale` falls back to the terminal correction when |Σ_k h_k| ≤ eps."""
     end_with_eos: bool = True

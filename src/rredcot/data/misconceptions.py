@@ -73,7 +73,7 @@ class Misconception:
     with the rule's wrong value with probability `rate` (in place of a random slip there)."""
 
     rule: str = "smaller_from_larger"
-    rate: float = 0.7
+    rate: float = 0.8
     """> 0.5 makes the wrong value the mode of those steps: the base's greedy output fails."""
 
     def __post_init__(self) -> None:

@@ -32,6 +32,7 @@ imports all of them at once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -78,16 +79,16 @@ class WorldConfig:
     3 rather than 2 makes the space of short problems 30x larger (depth 2: 324,000 vs 7,200)."""
     ops: tuple[str, ...] = OPS
     """Operators a step may use, a non-empty subset of + - * without repeats."""
-    chain: str = "any"
+    chain: str = "bijective"
     """The other operand of a later step: `any` earlier variable, or a given value
     (`bijective`: givens are units mod modulus, so each step is a bijection of the previous
     result and a single wrong step always reaches the answer)."""
-    shape: str = "chain"
+    shape: str = "tree"
     """`chain`: each step uses the previous result and the text lists the steps in solution
     order (one path per problem, up to operand order). `tree`: the steps form an expression
     tree with independent branches, listed in a shuffled order; any order that computes a step
     after its operands is a solution (`draw_tree_program`)."""
-    avoid_misconception: str | None = None
+    avoid_misconception: str | None = "smaller_from_larger"
     """A misconception rule (`rredcot.data.misconceptions`): problems on which it can reach the
     right answer through a wrong value are never drawn, so a right answer is never the rule's
     luck (`misconception_can_reach_answer`). None draws every problem (and draws the same
@@ -458,15 +459,10 @@ def generate_split(
 
 
 def world_config(params: Mapping[str, Any]) -> WorldConfig:
-    """The `WorldConfig` of a `world` config block (its generator keys; defaults otherwise)."""
-    return WorldConfig(
-        modulus=params.get("modulus", 10),
-        n_given=params.get("n_given", 3),
-        ops=tuple(params.get("ops", OPS)),
-        chain=params.get("chain", "any"),
-        shape=params.get("shape", "chain"),
-        avoid_misconception=params.get("avoid_misconception"),
-    )
+    """The `WorldConfig` of a `world` config block (its generator keys; the class's defaults
+    otherwise)."""
+    keys = [f.name for f in dataclasses.fields(WorldConfig)]
+    return WorldConfig(**{k: params[k] for k in keys if k in params})
 
 
 def make_study_pool(

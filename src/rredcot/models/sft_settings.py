@@ -24,7 +24,7 @@ LR_SCHEDULERS: tuple[str, ...] = (
 class SFTSettings:
     """Hyperparameters of the SFT warm-up (config key `sft`)."""
 
-    max_steps: int = 1000
+    max_steps: int = 2000
     """Optimizer steps; the run's length (examples seen = max_steps * batch_size)."""
     batch_size: int = 64
     """Examples per optimizer step (no gradient accumulation: the tiny model fits any batch)."""
@@ -44,12 +44,12 @@ class SFTSettings:
     """Seed of data order and dropout (the initial weights are seeded by build_tiny_model)."""
     logging_steps: int = 50
     """Log loss, learning rate and gradient norm every this many steps."""
-    eval_steps: int = 100
+    eval_steps: int = 50
     """Check the held-out references every this many steps (when held-out examples are given)."""
     transition_greedy: float = 0.9
     """SFT is past its sharp transition once this share of held-out references is the model's
     greedy (teacher-forced argmax) output at every token."""
-    anneal_steps: int | None = None
+    anneal_steps: int | None = 400
     """With held-out examples: keep the peak learning rate (after warm-up) until the held-out
     check finds SFT past its transition, then decay it to 0 by a cosine over this many steps
     and stop. When the transition comes depends on float rounding; what the base ends as does

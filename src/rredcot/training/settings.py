@@ -61,9 +61,9 @@ class TrainingSettings:
     """Seed of data order, sampling and the MC rollouts."""
     task: str = "synthetic"
     """Task format (prompt, grading) by name: synthetic | math."""
-    max_steps: int = 100
+    max_steps: int = 60
     """Optimizer steps."""
-    prompts_per_step: int = 4
+    prompts_per_step: int = 8
     """Distinct problems per step (G groups)."""
     num_generations: int = 8
     """n: responses per problem (the group)."""
@@ -92,7 +92,7 @@ class TrainingSettings:
     """TRL loss aggregation, one of `LOSS_TYPES` (dapo: token-level, TRL's default)."""
     scale_rewards: str = "group"
     """Outcome advantage std: group | batch | none (TRL's `scale_rewards`)."""
-    save_steps: int = 25
+    save_steps: int = 20
     """Write a checkpoint every this many steps."""
     save_total_limit: int = 2
     """Checkpoints kept (the newest)."""

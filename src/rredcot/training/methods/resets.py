@@ -62,13 +62,15 @@ from rredcot.training.methods.base import (
 
 @dataclass(frozen=True)
 class ResetConfig:
-    """The `training.resets` block of RRPO/SRPO (METHOD.md §6); defaults are the official ones."""
+    """The `training.resets` block of RRPO/SRPO (METHOD.md §6); defaults are the official ones
+    but the localization budget, config.yaml's for the tiny model (the paper's 4096: the paper
+    configs and `rredcot.trl.PAPER_DEFAULTS`)."""
 
     max_fresh_attempts: int = 12
     """Fresh chains sampled at most while looking for n/2 kept chains and one failure."""
     localization_temperature: float = 0.3
     """SRPO: sampling temperature of the self-localization (0 = greedy)."""
-    localization_max_new_tokens: int = 4096
+    localization_max_new_tokens: int = 32
     """SRPO: new-token budget of the self-localization."""
     localization_unparsed: str = "middle"
     """SRPO: reset step when the output has no parseable N: middle (max(1, K // 2), as METHOD.md

@@ -420,7 +420,7 @@ seed = config["training"]["seeds"][0]
 runs = {m: run_settings(config, m, seed, task="math") for m in config["training"]["methods"]}
 vllm_memory.config_errors(config, runs, None)
 memory_plan.config_errors(config, runs, None)
-print(sorted({"torch", "transformers"} & set(sys.modules)))
+print(sorted({"torch", "transformers", "polars"} & set(sys.modules)))
 """
 """What the Snakefile runs on every invocation: the config check, then the runs' memory
 planners, on a config overlay merged over config.yaml; prints the heavy packages imported."""
@@ -429,10 +429,11 @@ planners, on a config overlay merged over config.yaml; prints the heavy packages
 @pytest.mark.parametrize(
     "overlay", ["configs/smoke.yaml", "configs/full.yaml", "configs/paper_qwen3_4b.yaml"]
 )
-def test_the_config_check_imports_neither_torch_nor_transformers(repo, overlay):
+def test_the_config_check_imports_no_torch_transformers_or_polars(repo, overlay):
     """Every `snakemake` call, a dry run included, runs the config check: torch and
-    transformers would add seconds to each (a fresh interpreter, so nothing is imported yet).
-    The paper config's GPU runs take the memory planner through the credit's chunk plan."""
+    transformers would add seconds to each, polars a quarter of a second (a fresh interpreter,
+    so nothing is imported yet). The paper config's GPU runs take the memory planner through
+    the credit's chunk plan."""
     src = str(repo / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(

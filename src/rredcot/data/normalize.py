@@ -96,15 +96,6 @@ def _text(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class RawRow:
-    """One row as read from a source: its position, the record, or why it could not be read."""
-
-    index: int
-    record: Mapping[str, Any] | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
 class NormalizedDataset:
     """A benchmark in the normalized schema, plus what was left out and why.
 

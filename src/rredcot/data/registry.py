@@ -12,6 +12,9 @@ same dataset (`revision_pinned=True`); otherwise the branch `main` with
 `revision_pinned=False`, so results tables can say the version was not fixed, and every read of
 such a dataset logs a warning (`UNPINNED_WARNING`). knoveleng/open-rs is the one left: no commit
 of it could be confirmed offline.
+
+The Snakefile reads the registry on every invocation, so this module leaves out polars: the
+normalization (`rredcot.data.normalize`) is imported by `load_normalized` when it runs.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from rredcot.data.normalize import NormalizedDataset, RawRow, normalize_rows
+if TYPE_CHECKING:  # normalize imports polars, which `load_normalized` imports when it runs
+    from rredcot.data.normalize import NormalizedDataset
 
 MIRROR_ENV = "RREDCOT_MIRROR"
 MIRROR_CONFIG_KEY = "data.mirror"
@@ -256,6 +260,15 @@ class DatasetUnavailableError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class RawRow:
+    """One row as read from a source: its position, the record, or why it could not be read."""
+
+    index: int
+    record: Mapping[str, Any] | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class ResolvedSource:
     """Raw rows of one dataset and where they came from (`kind` mirror or hub)."""
 
@@ -363,6 +376,8 @@ def load_normalized(
     Malformed rows are returned in `.malformed` for the caller to log; more than
     `max_malformed_fraction` of them raises MalformedRowsError naming the rows.
     """
+    from rredcot.data.normalize import normalize_rows
+
     spec = registry_entry(name)
     source = resolve_source(spec, mirror, hub_loader)
     if not spec.revision_pinned:

@@ -39,9 +39,10 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # the config check (every snakemake call) imports this module: no polars
+    import polars as pl
 
 from rredcot.data.misconceptions import (
     MISCONCEPTION_RULES,
@@ -58,7 +59,6 @@ from rredcot.data.programs import (
     Step,
     apply_op,
 )
-from rredcot.data.schema import COLUMNS
 
 SOURCE = "synthetic"
 CHAINS: tuple[str, ...] = ("any", "bijective")
@@ -411,6 +411,10 @@ def generate_split(
     (`synth-{split}-{i:05d}`) and, in a tree world, seeds the paths the solutions are written
     on. Columns: the normalized ones, `depth` (Int64), `program` (JSON).
     """
+    import polars as pl  # here, not at the top: the config check imports this module
+
+    from rredcot.data.schema import COLUMNS
+
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an int ≥ 1, got {n!r}")
     if not _SPLIT_NAME.match(split):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rredcot.reporting.summary import MINUS, NO_ROWS, REGIME_FIGURES, TABLES
+from rredcot.reporting.summary_tables import MINUS, NO_ROWS, REGIME_FIGURES, TABLES
 
 # Endpoints of method_comparison.csv in the order the captions state them (primary first).
 ENDPOINTS = (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.reporting.figures import estimator_agreement_figure
 from rredcot.steps.cli import log, require, setup
 from rredcot.steps.study_common import (

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.data.misconceptions import Misconception
 from rredcot.reporting.figures import error_localization_figure
 from rredcot.steps.cli import log, require, setup

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.credit.rredcot_queries import state_kinds
 from rredcot.data.schema import read_table
 from rredcot.reporting.figures import segmentation_sweep_figure

@@ -80,10 +80,11 @@ def summary_tables(
     config: Config, answer_now: Callable[[], str], pick: Callable[[], str]
 ) -> dict[str, str]:
     """The tables `results/SUMMARY.md` reads that this config builds, by name
-    (`rredcot.reporting.summary.TABLES`): the answer-now rule comes with the agreement table,
-    the rredcot_fast pick with the frontier. `answer_now()` and `pick()` give their paths, asked
-    only when their table is built (the rules that write them are looked up only then)."""
-    from rredcot.reporting.summary import TABLES
+    (`rredcot.reporting.summary_tables.TABLES`): the answer-now rule comes with the agreement
+    table, the rredcot_fast pick with the frontier. `answer_now()` and `pick()` give their
+    paths, asked only when their table is built (the rules that write them are looked up only
+    then)."""
+    from rredcot.reporting.summary_tables import TABLES
 
     built = set(run_targets(config))
     tables = {name: f"results/{file}" for name, (file, _) in TABLES.items()}

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rredcot.models.loading import looks_like_path
+from rredcot.models.paths import looks_like_path
 
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 # Weights, configs and tokenizer files; optimizer states and other frameworks' weights are skipped.

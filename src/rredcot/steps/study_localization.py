@@ -25,6 +25,7 @@ import polars as pl
 
 from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.data.misconceptions import Misconception
+from rredcot.data.schema import read_table
 from rredcot.reporting.figures import error_localization_figure
 from rredcot.steps.cli import log, require, setup
 from rredcot.steps.study_common import (
@@ -62,7 +63,7 @@ def main() -> None:
     misconception = None if block is None else Misconception(**block)
     with Timer("error_localization"):
         traces, seg, estimates = load_estimates_with_ground_truth(args)
-        problems = pl.read_parquet(args.problems, columns=["id", "program"])
+        problems = read_table(args.problems, columns=["id", "program"])
         programs = dict(problems.iter_rows())
         oracles = oracle_estimates(traces, seg, programs, misconception)
         estimates = pl.concat(

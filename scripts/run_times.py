@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from rredcot import timing
-from rredcot.reporting.summary import duration
+from rredcot.reporting.numbers import duration
 
 
 def read_source(source: Path) -> tuple[str, list[timing.JobTime]]:

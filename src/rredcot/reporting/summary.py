@@ -13,7 +13,6 @@ docs' snapshot check compares stated numbers with (`rredcot.reporting.snapshot`)
 
 from __future__ import annotations
 
-import math
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.data.schema import read_json, read_table
+from rredcot.reporting.numbers import duration, interval, markdown_table, plain, signed
 from rredcot.reporting.summary_tables import MINUS, NO_ROWS, REGIME_FIGURES, TABLES
 from rredcot.timing import benchmark_jobs
 
@@ -65,29 +65,6 @@ def git_commit(repo: Path) -> str:
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return "unknown"
     return head.stdout.strip() + (" + uncommitted changes" if dirty else "")
-
-
-def signed(x: float | None, digits: int = 3) -> str:
-    """A difference as the docs print it: explicit sign, a true minus."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:+.{digits}f}".replace("-", MINUS)
-
-
-def plain(x: float | None, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.{digits}f}".replace("-", MINUS)
-
-
-def interval(low: float | None, high: float | None) -> str:
-    return f"{signed(low)} … {signed(high)}"
-
-
-def duration(seconds: float) -> str:
-    """`12,140 s (3 h 22 min)`."""
-    minutes = round(seconds / 60)
-    return f"{seconds:,.0f} s ({minutes // 60} h {minutes % 60:02d} min)"
 
 
 def read_tables(paths: Mapping[str, Path | None]) -> dict[str, pl.DataFrame | dict | None]:
@@ -247,16 +224,16 @@ def summary_values(
         if "diff_joint_minus_conditional" in rule:
             values["answer_now/difference"] = signed(rule["diff_joint_minus_conditional"])
             values["answer_now/ci"] = interval(rule["diff_ci95_low"], rule["diff_ci95_high"])
-    for r in rows.get("error_localization", []):
+    table = tables.get("error_localization")
+    by_kind = (
+        localization_by_kind(table).to_dicts()
+        if isinstance(table, pl.DataFrame) and not table.is_empty()
+        else []
+    )
+    for r in [*rows.get("error_localization", []), *by_kind]:
         key = f"localization/{r['trace_set'].replace(' ', '_')}/{r['estimator']}"
         values[f"{key}/top1"] = plain(r["top1"])
         values[f"{key}/ci"] = interval(r["top1_ci95_low"], r["top1_ci95_high"]).replace("+", "")
-    table = tables.get("error_localization")
-    if isinstance(table, pl.DataFrame) and not table.is_empty():
-        for r in localization_by_kind(table).iter_rows(named=True):
-            key = f"localization/{r['trace_set'].replace(' ', '_')}/{r['estimator']}"
-            values[f"{key}/top1"] = plain(r["top1"])
-            values[f"{key}/ci"] = interval(r["top1_ci95_low"], r["top1_ci95_high"]).replace("+", "")
     for r in rows.get("estimator_frontier", []):
         key = f"frontier/{r['measure']}/{r['estimator']}"
         values[f"{key}/agreement"] = plain(r["agreement"])
@@ -280,17 +257,6 @@ def summary_values(
         for figure in REGIME_FIGURES:
             values[f"regime/{r['method']}/{figure}"] = plain(r[figure])
     return values
-
-
-def _markdown(header: list[str], rows: list[list[object]]) -> list[str]:
-    """A markdown table."""
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    return [
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(row) + " |" for row in cells),
-        "",
-    ]
 
 
 def _not_run(name: str) -> list[str]:
@@ -353,7 +319,7 @@ def _comparison_rows(table: pl.DataFrame) -> list[str]:
     ]
     header = ["comparison", "measure", "endpoint", "difference", "bootstrap 95% CI",
               "t 95% CI over seeds", "verdict", "seeds", "MDE 80%"]  # fmt: skip
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def _attribution(table: pl.DataFrame) -> list[str]:
@@ -382,7 +348,7 @@ def _benchmarks(table: pl.DataFrame, reference: str) -> list[str]:
         for r in headline_rows("benchmark_comparison", table, reference)
     ]
     header = ["benchmark", "comparison", "difference", "bootstrap 95% CI", "t 95% CI", "verdict"]
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def _main_table(table: pl.DataFrame) -> list[str]:
@@ -400,7 +366,7 @@ def _main_table(table: pl.DataFrame) -> list[str]:
     return [
         "Mean over seeds, with the 95% interval of `results/main_table.csv`.",
         "",
-        *_markdown(["method", *benchmarks], rows),
+        *markdown_table(["method", *benchmarks], rows),
     ]
 
 
@@ -423,7 +389,7 @@ def _cost(table: pl.DataFrame, reference: str) -> list[str]:
         "Seconds depend on what else shared the machine; forward tokens do not. The GPU "
         "projection is a stated model, not a measurement (`GPU_COST_MODEL`, docs/frontier.md).",
         "",
-        *_markdown(header, rows),
+        *markdown_table(header, rows),
     ]
 
 
@@ -445,7 +411,7 @@ def _agreement(table: pl.DataFrame) -> list[str]:
         "rollouts and the null row (knows only R); the ceiling is the ground truth's own",
         "√reliability. Every estimator is in the table.",
         "",
-        *_markdown(header, rows),
+        *markdown_table(header, rows),
     ]
 
 
@@ -490,7 +456,7 @@ def _localization(table: pl.DataFrame) -> list[str]:
             "controls: the checker oracles and the placebo (σ permuted within each trace: at "
             "chance, like `random`, or the study is broken).",
             "",
-            *_markdown(["first error", "estimator", "top-1", "95% CI", "traces"], by_kind),
+            *markdown_table(["first error", "estimator", "top-1", "95% CI", "traces"], by_kind),
         ]
         if by_kind
         else []
@@ -498,7 +464,7 @@ def _localization(table: pl.DataFrame) -> list[str]:
     return [
         "Share of incorrect traces whose lowest-credit segment holds the first wrong step.",
         "",
-        *_markdown(header, rows),
+        *markdown_table(header, rows),
         *kinds,
     ]
 
@@ -521,7 +487,7 @@ def _frontier(table: pl.DataFrame) -> list[str]:
         "Cosine of each estimator's token advantages under the workflow's transform with the MC "
         "ground truth's, cheapest first; the Spearman and other transforms are in the file.",
         "",
-        *_markdown(header, rows),
+        *markdown_table(header, rows),
     ]
 
 
@@ -546,7 +512,7 @@ def _regime(table: pl.DataFrame) -> list[str]:
     return [
         "Mean over seeds; the intervals and every policy's row are in the file.",
         "",
-        *_markdown(header, body),
+        *markdown_table(header, body),
     ]
 
 

@@ -21,21 +21,15 @@ from typing import Any
 import polars as pl
 import torch
 
-from rredcot.credit.oracle import (
-    checker_values,
-    kind_accuracy,
-    kind_values,
-    line_accuracy,
-    lines_written,
-    step_kinds,
-    written_kinds,
-)
+from rredcot.credit.oracle import lines_written
 from rredcot.credit.placebo import permute_within_traces
 from rredcot.data.error_kinds import first_error_kind
 from rredcot.data.misconceptions import Misconception
-from rredcot.data.programs import Program
+from rredcot.data.synthetic import check_response
 from rredcot.studies.estimators import ESTIMATE_SCHEMA
 from rredcot.studies.rollouts import sigma_from_values
+from rredcot.training.methods.oracle_rule import OracleRuleMethod
+from rredcot.training.methods.oracle_step import OracleStepMethod
 
 ORACLES: tuple[str, ...] = ("oracle_step", "oracle_rule")
 """Estimator names of the checker oracles (the training methods of the same names)."""
@@ -78,27 +72,17 @@ def oracle_estimates(
     rows = [r for r in checked.iter_rows(named=True) if r["trace_index"] in bounds]
     if not rows:
         return pl.DataFrame(schema=ESTIMATE_SCHEMA)
-    first = [r["first_error"] for r in rows]
-    lines = [r["n_steps"] + 1 for r in rows]  # the steps and the answer line
-    written = [lines_written(r["response"], bounds[r["trace_index"]][:-1]) for r in rows]
-    p = line_accuracy(first, lines)
-    values = {
-        "oracle_step": [
-            checker_values(w, e, m, p) for w, e, m in zip(written, first, lines, strict=True)
-        ]
-    }
+    texts = [r["response"] for r in rows]
+    # the training methods' own values, with the study's base samples as the batch
+    batch = [{"program": programs[r["problem_id"]]} for r in rows]
+    checks = [check_response(b["program"], t) for b, t in zip(batch, texts, strict=True)]
+    written = [
+        lines_written(t, bounds[r["trace_index"]][:-1]) for r, t in zip(rows, texts, strict=True)
+    ]
+    oracles = [OracleStepMethod(None, None, [0])]
     if misconception is not None:
-        kinds, totals = [], []
-        for r, m in zip(rows, lines, strict=True):
-            by_step = step_kinds(Program.from_json(programs[r["problem_id"]]), misconception)
-            kinds.append(written_kinds(r["response"], by_step, m))
-            rule = sum(k == "rule" for k in by_step.values())
-            totals.append({"rule": rule, "step": len(by_step) - rule, "answer": 1})
-        p_kind = kind_accuracy(first, kinds)
-        values["oracle_rule"] = [
-            kind_values(w, e, k, n, p_kind)
-            for w, e, k, n in zip(written, first, kinds, totals, strict=True)
-        ]
+        oracles.append(OracleRuleMethod(None, None, [0], misconception=misconception))
+    values = {o.name: o.state_values(batch, texts, checks, written)[0] for o in oracles}
     out = []
     for name, per_trace in values.items():
         for r, v in zip(rows, per_trace, strict=True):

@@ -144,6 +144,18 @@ def _describe(error: ValidationError, prefix: str = "") -> str:
     return f"config key '{key}': {error.message}{hint}"
 
 
+def schema_defaults(*path: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The block of the config at `path` (e.g. "estimator", "rredcot") as the schema's defaults
+    fill it in when the config leaves it empty: what each of its keys is by default."""
+    node = load_schema() if schema is None else schema
+    for key in path:
+        node = node["properties"][key]
+    block: dict[str, Any] = {}
+    for error in _with_defaults(Draft202012Validator)(node).iter_errors(block):
+        raise ConfigError(f"the schema's defaults of {'.'.join(path)}: {error.message}")
+    return block
+
+
 def validate_config(
     config: dict[str, Any], schema: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:

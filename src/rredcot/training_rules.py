@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rredcot.method_registry import RESET_METHODS, method_spec
+from rredcot.workflow.recorded_settings import omit_unrecorded_defaults
 
 
 def _batch_words(updates: int) -> str:
@@ -215,33 +216,6 @@ NOT_RUN_SETTINGS: tuple[str, ...] = (
 _OVERRIDE_DROPS = ("accelerate", "rredcot", "name", "method", "budget_of")
 VLLM_ONLY: tuple[str, ...] = ("max_prompt_tokens", "vllm_max_model_length")
 """Settings a run without vLLM leaves to their defaults (its `--params` stay as they were)."""
-OMITTED_AT_DEFAULT: Mapping[str, Any] = {
-    "padding_free": False,
-    "credit.placebo": "none",
-    "rule_share": None,
-    "oppo": {"level": "token", "prior": "group_mean", "token_advantage": "delta", "clip": True},
-}
-"""Settings added after runs were recorded: left out of a run's settings at their default
-(`TrainingSettings`' too), so the runs' `--params` and records stay as they were. A dotted key
-names a key of a block (`credit.placebo`: `placebo` of the `credit` block)."""
-
-
-def omit_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """`settings` without the `OMITTED_AT_DEFAULT` keys that hold their default; the blocks on a
-    dotted key's path are copied, never changed in place (they may be the config's own)."""
-    out = dict(settings)
-    for dotted, default in OMITTED_AT_DEFAULT.items():
-        *blocks, key = dotted.split(".")
-        holder = out
-        for block in blocks:
-            if not isinstance(holder.get(block), Mapping):
-                break
-            holder[block] = dict(holder[block])
-            holder = holder[block]
-        else:
-            if holder.get(key, default) == default:
-                holder.pop(key, None)
-    return out
 
 
 def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -283,7 +257,6 @@ def run_settings(
     if not settings.get("use_vllm"):  # they size the vLLM context only
         for key in VLLM_ONLY:
             settings.pop(key, None)
-    settings = omit_defaults(settings)
     if method_spec(method).reads_misconception or settings.get("rule_share") is not None:
         settings["misconception"] = config.get("sft", {}).get("misconception")
     settings.update(
@@ -295,7 +268,7 @@ def run_settings(
         rredcot=estimator,
         mc={**config["estimator"]["mc"], **tr.get("mc", {})},
     )
-    return settings
+    return omit_unrecorded_defaults(settings)
 
 
 def placebo_pairs(variants: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -45,14 +45,13 @@ from rredcot.references import compose_reference  # noqa: E402
 from rredcot.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.tasks import TASK_NAMES, get_task  # noqa: E402
 from rredcot.tasks.base import Grade  # noqa: E402
+from rredcot.training.method_settings import MethodSettings, build_method  # noqa: E402
 from rredcot.training.methods import (  # noqa: E402
     METHODS,
     Method,
     MethodOutput,
-    MethodSettings,
     ResetConfig,
     RolloutBatch,
-    build_method,
 )
 from rredcot.training.settings import TRAINING_REFERENCES as REFERENCES  # noqa: E402
 from rredcot.training.trainer import CreditGRPOTrainer  # noqa: E402

@@ -25,7 +25,6 @@ from rredcot.data.world import WorldConfig
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
-from rredcot.training.methods.base import MethodSettings
 from rredcot.training.methods.resets import ResetConfig
 from rredcot.training.settings import TrainingSettings
 
@@ -33,7 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 BLOCKS: list[tuple[str, type]] = [
     ("training", TrainingSettings),
-    ("training", MethodSettings),
     ("training.credit", CreditConfig),
     ("training.resets", ResetConfig),
     ("training.oppo", OPPOConfig),
@@ -85,7 +83,7 @@ def test_the_class_defaults_are_config_yamls_values_and_the_schemas(key: str, cl
     for name, default in _defaults(cls):
         want = block.get(name, default)
         if isinstance(want, dict):
-            continue  # a nested block (MethodSettings.resets: None), checked as its own
+            continue  # a nested block, checked as its own
         if _json(default) != _json(want):
             drifted.append(f"{key}.{name}: {cls.__name__} {default!r}, config.yaml {want!r}")
         stated = properties.get(name, {}).get("default", want)
@@ -163,3 +161,18 @@ def test_a_config_pins_only_what_differs_from_the_config_it_goes_over(path: Path
         ):
             restated.append(f"{'.'.join(keys)}: {value!r} (line {lines[0] + 1})")
     assert not restated, f"{path.name} restates without a comment:\n" + "\n".join(restated)
+
+
+def test_method_settings_are_the_training_settings_fields() -> None:
+    """`MethodSettings` is generated from `TrainingSettings`: each of its fields has the run's
+    type and default, so the two cannot drift."""
+    from rredcot.training.method_settings import METHOD_FIELDS, MethodSettings
+
+    run, method = TrainingSettings(), MethodSettings()
+    assert [f.name for f in dataclasses.fields(MethodSettings)] == list(METHOD_FIELDS)
+    declared = {f.name: f.type for f in dataclasses.fields(TrainingSettings)}
+    for f in dataclasses.fields(MethodSettings):
+        assert f.type == declared[f.name], f.name
+        assert getattr(method, f.name) == getattr(run, f.name), f.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        method.reference = "own_path"  # type: ignore[misc]

@@ -7,7 +7,7 @@ from misconception_world import PROGRAM, RIGHT, RULE, SLIP, SYSTEMATIC
 
 from rredcot.credit.oracle import kind_accuracy, kind_values, step_kinds, written_kinds
 from rredcot.data.checker import check_response
-from rredcot.training.methods.base import MethodSettings
+from rredcot.training.method_settings import MethodSettings
 from rredcot.training.methods.oracle_rule import OracleRuleMethod
 from rredcot.training_rules import run_settings
 

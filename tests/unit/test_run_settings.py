@@ -80,12 +80,79 @@ def test_the_oppo_block_is_left_out_at_its_defaults_and_kept_when_changed() -> N
     import dataclasses
 
     from rredcot.credit.bayes import OPPOConfig
-    from rredcot.training_rules import OMITTED_AT_DEFAULT
 
     default = dataclasses.asdict(OPPOConfig())
-    assert OMITTED_AT_DEFAULT["oppo"] == default
     at_default = {**CONFIG, "training": {**CONFIG["training"], "oppo": default}}
     for method in ("grpo", "rredcot", "oppo"):
         assert "oppo" not in run_settings(at_default, method, 1, task="synthetic")
     segment = merged(at_default, {"training": {"oppo": {"level": "segment"}}})
     assert run_settings(segment, "oppo", 1, task="synthetic")["oppo"]["level"] == "segment"
+
+
+def test_the_recorded_keys_are_the_settings_fields() -> None:
+    """Every key `RECORDED` names is still a field of `TrainingSettings` or of its block (a
+    renamed field would otherwise be omitted at its default from then on)."""
+    import dataclasses
+
+    from rredcot.training.settings import TrainingSettings
+    from rredcot.workflow.recorded_settings import RECORDED
+
+    fields = {f.name: f for f in dataclasses.fields(TrainingSettings)}
+    assert set(RECORDED) <= set(fields)
+    for name, keys in RECORDED.items():
+        if keys is None:
+            continue
+        block = fields[name]
+        default = (
+            block.default_factory() if block.default_factory is not dataclasses.MISSING else None
+        )
+        block_type = type(default) if default is not None else None
+        if block_type is None:  # lora, misconception: None by default
+            from rredcot.data.misconceptions import Misconception
+            from rredcot.training.lora import LoraSettings
+
+            block_type = {"lora": LoraSettings, "misconception": Misconception}[name]
+        assert set(keys) <= {f.name for f in dataclasses.fields(block_type)}, name
+
+
+def test_a_new_setting_at_its_default_changes_no_run(monkeypatch) -> None:
+    """A key added to config `training` and to a block (as the schema would fill them in)
+    leaves every run of every config as it was while it holds its default, with no list to
+    edit; set to another value, it reaches the runs that set it."""
+    from pathlib import Path
+
+    import yaml
+    from snakemake.utils import update_config
+
+    from rredcot.config import validate_config
+    from rredcot.workflow import recorded_settings
+    from rredcot.workflow.runs import training_runs, training_settings
+
+    repo = Path(__file__).resolve().parents[2]
+
+    def load_validated(path: Path | None) -> dict:
+        config = yaml.safe_load((repo / "config.yaml").read_text())
+        for overlay in [path] if path is not None else []:
+            update_config(config, yaml.safe_load(overlay.read_text()))
+        return validate_config(config)
+
+    defaults = recorded_settings.run_defaults()
+    grown = {
+        **defaults,
+        "new_setting": 3,
+        "rredcot": {**defaults["rredcot"], "new_knob": "off"},
+    }
+    for path in [None, *sorted(repo.glob("configs/*.yaml"))]:
+        config = load_validated(path)
+        before = {run: training_settings(config, *run) for run in training_runs(config)}
+        monkeypatch.setattr(recorded_settings, "run_defaults", lambda: grown)
+        config = merged(
+            config,
+            {"training": {"new_setting": 3}, "estimator": {"rredcot": {"new_knob": "off"}}},
+        )
+        after = {run: training_settings(config, *run) for run in training_runs(config)}
+        assert after == before, path
+        changed = merged(config, {"training": {"new_setting": 4}})
+        for run in training_runs(changed):
+            assert training_settings(changed, *run)["new_setting"] == 4, (path, run)
+        monkeypatch.undo()

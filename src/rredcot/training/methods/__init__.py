@@ -20,14 +20,11 @@ its σ into token advantages) with a `from_settings` factory, in its own file, p
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
-from typing import Any
 
-from rredcot.method_registry import METHOD_SPECS, method_spec
+from rredcot.method_registry import METHOD_SPECS
 from rredcot.training.methods.base import (
     Method,
     MethodOutput,
-    MethodSettings,
     RolloutBatch,
     SegmentCredit,
     SegmentCreditMethod,
@@ -50,34 +47,13 @@ METHODS: dict[str, type[Method]] = {
 """Every training method's class, by name (from `METHOD_SPECS`)."""
 
 
-def build_method(
-    name: str,
-    task: Any,
-    tokenizer: Any,
-    eos_ids: Sequence[int],
-    settings: Any = None,
-    **blocks: Any,
-) -> Method:
-    """The method called `name` with its settings: a run's `TrainingSettings` (or a
-    `MethodSettings`), else `MethodSettings(**blocks)` (defaults for the blocks not given;
-    None means the default). The blocks a method does not use are ignored."""
-    method_spec(name)  # the error that lists the methods
-    if settings is None:
-        settings = MethodSettings(**{k: v for k, v in blocks.items() if v is not None})
-    elif blocks:
-        raise ValueError("build_method: give either settings or blocks, not both")
-    return METHODS[name].from_settings(settings, task, tokenizer, list(eos_ids))
-
-
 __all__ = [
     "METHODS",
     "Method",
     "MethodOutput",
-    "MethodSettings",
     "ResetConfig",
     "RolloutBatch",
     "SegmentCredit",
     "SegmentCreditMethod",
-    "build_method",
     "segment_completions",
 ]

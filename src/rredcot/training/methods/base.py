@@ -26,21 +26,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
-from rredcot.credit.bayes import OPPOConfig
-from rredcot.credit.mc import MCConfig
 from rredcot.credit.placebo import placebo_sigmas
-from rredcot.credit.rredcot_config import RREDCoTConfig
 from rredcot.credit.traces import SegmentedTrace
 from rredcot.generation.base import GenerationBackend
 from rredcot.scoring.logprobs import completion_scores
 from rredcot.scoring.packed import GenerationCache
 from rredcot.segmentation import SegmentationConfig, segment
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 
 @dataclass(frozen=True)
@@ -126,24 +126,6 @@ class Method(ABC):
         `TrainingSettings`: the same attributes); the blocks it does not use are ignored. The
         default: a method that reads no settings."""
         return cls()
-
-
-@dataclass(frozen=True)
-class MethodSettings:
-    """The setting blocks the methods read, with their defaults (the attributes of a run's
-    `TrainingSettings` that `from_settings` may read; a test or script builds one directly)."""
-
-    segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
-    credit: CreditConfig = field(default_factory=CreditConfig)
-    rredcot: RREDCoTConfig = field(default_factory=RREDCoTConfig)
-    reference: str = "configured"
-    mc: MCConfig = field(default_factory=MCConfig)
-    mc_batch_size: int = 64
-    oppo: OPPOConfig = field(default_factory=OPPOConfig)
-    resets: Any = None
-    """RRPO/SRPO's `ResetConfig` (None: its defaults; it lives with the reset methods)."""
-    misconception: Any = None
-    """The world's `Misconception` (or its mapping), for the methods that read it."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -35,13 +35,15 @@ from rredcot.generation.base import derive_seed
 from rredcot.generation.hf import HFBackend
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
-    MethodSettings,
     RolloutBatch,
     SegmentCredit,
     SegmentCreditMethod,
     mean_segments,
     segment_completions,
 )
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 
 def fill_missing_values(values: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -36,7 +36,6 @@ from rredcot.scoring.logprobs import completion_scores, pad_rows
 from rredcot.scoring.packed import encoding_from_generation
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
-    MethodSettings,
     RolloutBatch,
     SegmentCredit,
     SegmentCreditMethod,
@@ -45,6 +44,9 @@ from rredcot.training.methods.base import (
     segment_completions,
     strip_eos,
 )
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 
 @dataclass

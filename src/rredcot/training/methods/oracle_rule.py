@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rredcot.credit.oracle import kind_accuracy, kind_values, step_kinds, written_kinds
 from rredcot.data.checker import StepCheck
 from rredcot.data.misconceptions import Misconception
 from rredcot.data.programs import Program
-from rredcot.training.methods.base import MethodSettings
 from rredcot.training.methods.oracle_step import OracleStepMethod
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 
 @dataclass

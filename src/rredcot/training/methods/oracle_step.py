@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -27,13 +27,15 @@ from rredcot.data.checker import StepCheck
 from rredcot.data.synthetic import check_response
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
-    MethodSettings,
     RolloutBatch,
     SegmentCredit,
     SegmentCreditMethod,
     mean_segments,
     segment_completions,
 )
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 LINES = SegmentationConfig(strategy="keyword", num_segments=None, keywords=("\n",))
 """One segment per line: a boundary before every newline."""

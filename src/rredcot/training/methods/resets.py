@@ -42,7 +42,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral, Real
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -54,10 +54,12 @@ from rredcot.segmentation import SegmentationConfig, segment
 from rredcot.training.localization import UNPARSED_STEPS
 from rredcot.training.methods.base import (
     MethodOutput,
-    MethodSettings,
     RolloutBatch,
     TaskMethod,
 )
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 
 @dataclass(frozen=True)

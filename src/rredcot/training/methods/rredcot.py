@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,7 +29,6 @@ from rredcot.scoring.chunks import encode_within_budget
 from rredcot.scoring.packed import encoding_from_generation
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
-    MethodSettings,
     RolloutBatch,
     SegmentCredit,
     SegmentCreditMethod,
@@ -37,6 +36,9 @@ from rredcot.training.methods.base import (
     segment_completions,
     strip_eos,
 )
+
+if TYPE_CHECKING:
+    from rredcot.training.method_settings import MethodSettings
 
 
 def reference_path(task: Any, row: Mapping[str, Any]) -> ReferencePath:

@@ -83,6 +83,9 @@ where they differ from the settings classes' defaults (config.yaml's, for the ti
 world), under the keys a config leaves out; the other keys keep their classes' defaults."""
 MC_BATCH_SIZE = "batch_size"
 """The one `estimator` key of `mc` beyond `MCConfig`'s: rollout rows per generate call."""
+ESTIMATOR_EXTRAS: dict[str, dict[str, str]] = {"mc": {MC_BATCH_SIZE: "mc_batch_size"}}
+"""`estimator` keys of a credit beyond its settings class: each names the `MethodSettings`
+(and `TrainingSettings`) attribute it sets."""
 
 
 def _defaults(cls: type, block: str = "") -> str:
@@ -271,8 +274,9 @@ class RREDCoTConfig(GRPOConfig):
             "reference": self.reference,
             "misconception": dict(self.misconception) if self.misconception else None,
         }
-        if self.credit == "mc" and MC_BATCH_SIZE in estimator:
-            blocks["mc_batch_size"] = estimator.pop(MC_BATCH_SIZE)
+        for key, attribute in ESTIMATOR_EXTRAS.get(self.credit, {}).items():
+            if key in estimator:
+                blocks[attribute] = estimator.pop(key)
         if self.credit not in ESTIMATORS:
             if estimator:
                 raise ValueError(f"estimator: credit {self.credit!r} has no estimator settings")

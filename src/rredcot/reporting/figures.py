@@ -23,30 +23,32 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from rredcot.studies import families
+
 FAMILY_COLORS: dict[str, str] = {
-    "mc": "#4c72b0",
-    "rredcot": "#c44e52",
-    "attribution": "#55a868",
-    "ground_truth": "#8172b2",
+    families.MC: "#4c72b0",
+    families.RREDCOT: "#c44e52",
+    families.ATTRIBUTION: "#55a868",
+    families.GROUND_TRUTH: "#8172b2",
     "baseline": "#7f7f7f",
-    "null": "#000000",
-    "bayes": "#dd8452",
+    families.NULL: "#000000",
+    families.BAYES: "#dd8452",
 }
 FAMILY_LABELS: dict[str, str] = {
-    "mc": "Monte Carlo (N rollouts/state)",
-    "rredcot": "RREDCoT value variants",
-    "attribution": "attribution baselines",
-    "ground_truth": "MC ground truth",
+    families.MC: "Monte Carlo (N rollouts/state)",
+    families.RREDCOT: "RREDCoT value variants",
+    families.ATTRIBUTION: "attribution baselines",
+    families.GROUND_TRUTH: "MC ground truth",
     "baseline": "random segment",
-    "bayes": "one-pass Bayes value (OPPO)",
-    "null": "null (knows only R)",
+    families.BAYES: "one-pass Bayes value (OPPO)",
+    families.NULL: "null (knows only R)",
 }
 _NAMES: dict[str, str] = {
     "loo": "leave-one-out",
     "shapley": "Shapley (permutations)",
     "grad_x_input": "gradient × input",
     "attention": "attention mass",
-    "ground_truth": "MC ground truth",
+    families.GROUND_TRUTH: "MC ground truth",
     "random": "random segment",
     "null_R_only": "null (knows only R)",
     "oppo_bayes": "OPPO Bayes value",
@@ -143,16 +145,16 @@ def estimator_agreement_figure(
                 (pl.col("target") == target) & (pl.col("aggregation") == aggregation)
             )
             cost = "forward_tokens_per_trace"
-            mc = part.filter(pl.col("family") == "mc").sort("n_rollouts")
+            mc = part.filter(pl.col("family") == families.MC).sort("n_rollouts")
             if mc.height:
                 ax.errorbar(
                     mc[cost].to_numpy(),
                     mc["rho"].to_numpy(),
                     yerr=ci_error_bars(mc, "rho", "ci95_low", "ci95_high"),
-                    color=FAMILY_COLORS["mc"],
+                    color=FAMILY_COLORS[families.MC],
                     marker="o",
                     capsize=3,
-                    label=FAMILY_LABELS["mc"],
+                    label=FAMILY_LABELS[families.MC],
                 )
                 for x, y, n in zip(mc[cost], mc["rho"], mc["n_rollouts"], strict=True):
                     ax.annotate(
@@ -161,11 +163,13 @@ def estimator_agreement_figure(
                         textcoords="offset points",
                         xytext=(4, -12),
                         fontsize=8,
-                        color=FAMILY_COLORS["mc"],
+                        color=FAMILY_COLORS[families.MC],
                     )
             markers = iter(_RREDCOT_MARKERS * 4)
             shapes: dict[str, str] = {}
-            scored = pl.col("family").is_in(["rredcot", "bayes", "attribution"])
+            scored = pl.col("family").is_in(
+                [families.RREDCOT, families.BAYES, families.ATTRIBUTION]
+            )
             for row in part.filter(scored).iter_rows(named=True):
                 name = row["estimator"]
                 base = name.removesuffix("_joint")
@@ -189,13 +193,13 @@ def estimator_agreement_figure(
                     label=display_name(name)
                     + (" (reference)" if name == baseline_estimator else ""),
                 )
-            for row in part.filter(pl.col("family") == "null").iter_rows(named=True):
+            for row in part.filter(pl.col("family") == families.NULL).iter_rows(named=True):
                 ax.axhline(row["rho"], color="black", linestyle=":", label="null: knows only R")
             if part.height and np.isfinite(part["ceiling"][0]):
                 ceil = part.row(0, named=True)
                 ax.axhline(
                     ceil["ceiling"],
-                    color=FAMILY_COLORS["ground_truth"],
+                    color=FAMILY_COLORS[families.GROUND_TRUTH],
                     linestyle="--",
                     label="ceiling √reliability of the ground truth",
                 )
@@ -203,7 +207,7 @@ def estimator_agreement_figure(
                     ax.axhspan(
                         ceil["ceiling_ci95_low"],
                         min(ceil["ceiling_ci95_high"], 1.0),
-                        color=FAMILY_COLORS["ground_truth"],
+                        color=FAMILY_COLORS[families.GROUND_TRUTH],
                         alpha=0.12,
                     )
             ax.axhline(0.0, color="black", linewidth=0.8)

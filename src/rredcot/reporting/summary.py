@@ -23,6 +23,7 @@ import polars as pl
 from rredcot.data.schema import read_json, read_table
 from rredcot.reporting.numbers import duration, interval, markdown_table, plain, signed
 from rredcot.reporting.summary_tables import MINUS, NO_ROWS, REGIME_FIGURES, TABLES
+from rredcot.studies import families
 from rredcot.timing import benchmark_jobs
 
 
@@ -105,7 +106,7 @@ def agreement_headline(table: pl.DataFrame) -> pl.DataFrame:
     if "traces" in rows.columns:
         rows = rows.filter(pl.col("traces") == "all")
     default = pl.col("verdict") == "reference"
-    rows = rows.filter(default | pl.col("family").is_in(["mc", "null"]))
+    rows = rows.filter(default | pl.col("family").is_in([families.MC, families.NULL]))
     rows = rows.with_columns((~default).alias("_later"))  # the default first, then MC by N
     return rows.sort("target", "_later", "family", "n_rollouts", maintain_order=True).drop("_later")
 

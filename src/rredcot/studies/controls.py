@@ -26,6 +26,7 @@ from rredcot.credit.placebo import permute_within_traces
 from rredcot.data.error_kinds import first_error_kind
 from rredcot.data.misconceptions import Misconception
 from rredcot.data.synthetic import check_response
+from rredcot.studies import families
 from rredcot.studies.estimators import ESTIMATE_SCHEMA
 from rredcot.studies.rollouts import sigma_from_values
 from rredcot.training.methods.oracle_rule import OracleRuleMethod
@@ -92,7 +93,7 @@ def oracle_estimates(
                 {
                     "trace_index": r["trace_index"],
                     "estimator": name,
-                    "family": "oracle",
+                    "family": families.ORACLE,
                     "n_rollouts": None,
                     "sigma": sigma.tolist(),
                     "values": list(v),
@@ -120,7 +121,7 @@ def placebo_estimates(estimates: pl.DataFrame, names: Sequence[str], seed: int) 
             s = torch.tensor(sigma, dtype=torch.float64)
             (r["sigma"],) = [x.tolist() for x in permute_within_traces([s], seed, r["trace_index"])]
         r["estimator"] = placebo_name(r["estimator"])
-        r["family"] = "placebo"
+        r["family"] = families.PLACEBO
     return pl.DataFrame(rows, schema=ESTIMATE_SCHEMA)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rredcot.studies import families
 from rredcot.studies.agreement import Resamples
 
 
@@ -73,7 +74,7 @@ def cost_match(
         ["target", "aggregation"], maintain_order=True
     ):
         ref = part.filter(pl.col("estimator") == baseline_estimator)
-        mc = part.filter(pl.col("family") == "mc").sort("n_rollouts")
+        mc = part.filter(pl.col("family") == families.MC).sort("n_rollouts")
         if ref.height == 0 or mc.height == 0:
             continue
         r = ref.row(0, named=True)

@@ -36,6 +36,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from rredcot.models.chat import THINK_CLOSE_TRIGGER
+from rredcot.studies import families
 from rredcot.studies.rollouts import (
     forward_tokens_per_trace,
     sample_rollouts,
@@ -57,16 +58,7 @@ ESTIMATE_SCHEMA: dict[str, pl.DataType] = {
     "seconds": pl.Float64(),
     "cost_basis": pl.String(),
 }
-FAMILIES: tuple[str, ...] = (
-    "ground_truth",
-    "mc",
-    "rredcot",
-    "bayes",
-    "attribution",
-    "oracle",
-    "placebo",
-    "null",
-)
+FAMILIES = families.FAMILIES
 BAYES_NAME = "oppo_bayes"
 """The one-pass Bayes value's estimator name (family `bayes`)."""
 
@@ -167,7 +159,7 @@ def mc_estimates(
                 {
                     "trace_index": t,
                     "estimator": mc_name(n),
-                    "family": "mc",
+                    "family": families.MC,
                     "n_rollouts": n,
                     "sigma": sigma.tolist(),
                     "values": values_at_states(cb, values.get(t, {})).tolist(),
@@ -258,7 +250,7 @@ def rredcot_estimates(
                     {
                         "trace_index": t,
                         "estimator": name,
-                        "family": "rredcot",
+                        "family": families.RREDCOT,
                         "n_rollouts": None,
                         "sigma": r.sigma.tolist(),
                         "values": r.phi[:-1].tolist(),
@@ -347,7 +339,7 @@ def bayes_estimates(
                 {
                     "trace_index": t,
                     "estimator": name,
-                    "family": "bayes",
+                    "family": families.BAYES,
                     "n_rollouts": None,
                     "sigma": bayes_segment_credit(p[i], bounds, row["reward"]).tolist(),
                     "values": bayes_segment_values(p[i], bounds)[:-1].tolist(),
@@ -403,7 +395,7 @@ def attribution_estimates(
                 {
                     "trace_index": t,
                     "estimator": name,
-                    "family": "attribution",
+                    "family": families.ATTRIBUTION,
                     "n_rollouts": None,
                     "sigma": np.asarray(res.values, dtype=np.float64).tolist(),
                     "values": None,

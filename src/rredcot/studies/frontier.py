@@ -50,6 +50,7 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig, outcome_advantages, token_advantages
 from rredcot.evaluation.paired import interval_verdict
+from rredcot.studies import families
 from rredcot.studies.agreement import common_set, vectors
 from rredcot.studies.estimators import reference_kind
 from rredcot.studies.metrics import bootstrap_indices, percentile_ci, spearman_flat0
@@ -67,7 +68,7 @@ COLUMNS: tuple[str, ...] = (
     "estimator",
     "family",
     "segmentation",
-    "oracle",
+    families.ORACLE,
     "agreement",
     "ci95_low",
     "ci95_high",
@@ -113,7 +114,7 @@ def is_oracle(estimator: str) -> bool:
     return reference_kind(estimator) == "own_path"
 
 
-REFERENCE_CONDITIONED: tuple[str, ...] = ("rredcot", "bayes")
+REFERENCE_CONDITIONED: tuple[str, ...] = (families.RREDCOT, families.BAYES)
 """The families that read the configured reference (RREDCoT's forms, OPPO's one-pass Bayes
 value): the family the pre-registered pick of a cheaper form chooses within
 (`rredcot.studies.preregistered.preregistered_fast_estimator`)."""
@@ -190,7 +191,7 @@ def advantage_cosines(
     return np.array([cosine(estimate[t], truth[t]) for t in traces], dtype=np.float64)
 
 
-SOURCE_FAMILIES: tuple[str, ...] = ("mc", "bayes", "attribution")
+SOURCE_FAMILIES: tuple[str, ...] = (families.MC, families.BAYES, families.ATTRIBUTION)
 """The families the frontier takes from the estimates every study reads (`study_mc`,
 `study_scored`): each estimator there is its own call. RREDCoT's rows come from the variants
 (`rredcot.studies.variants`), all scored in their own passes in one job on the same traces

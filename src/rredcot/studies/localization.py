@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from rredcot.segmentation import segment_of_char
+from rredcot.studies import families
 from rredcot.studies.metrics import (
     bootstrap_indices,
     localization_hits,
@@ -172,10 +173,11 @@ def localization_sets(
     -> trace indices), `incorrect <label>`: those incorrect traces, RREDCoT on every reference
     kind, the Bayes value and the null row."""
     family, name = pl.col("family"), pl.col("estimator")
-    controls = family.is_in(["oracle", "placebo", "null"])
+    controls = family.is_in([families.ORACLE, families.PLACEBO, families.NULL])
     chosen = {
-        "all_incorrect": family.is_in(["rredcot", "bayes", "attribution"]) | controls,
-        "agreement_incorrect": family.is_in(["mc", "ground_truth"])
+        "all_incorrect": family.is_in([families.RREDCOT, families.BAYES, families.ATTRIBUTION])
+        | controls,
+        "agreement_incorrect": family.is_in([families.MC, families.GROUND_TRUTH])
         | (name == baseline_estimator)
         | controls,
     }
@@ -185,7 +187,7 @@ def localization_sets(
     }
     for kind in sorted(set((error_kinds or {}).values()), key=lambda k: k != "systematic"):
         of_kind = [t for t, k in (error_kinds or {}).items() if k == kind]
-        narrow = chosen["all_incorrect"] & ~family.is_in(["rredcot", "attribution"])
+        narrow = chosen["all_incorrect"] & ~family.is_in([families.RREDCOT, families.ATTRIBUTION])
         for label, rows, which in (
             ("incorrect", truth, narrow | (name == baseline_estimator)),
             ("agreement_incorrect", agreement_truth, chosen["agreement_incorrect"]),
@@ -198,7 +200,7 @@ def localization_sets(
         if rows.height:
             sets[f"incorrect {label}"] = (
                 rows,
-                estimates.filter(family.is_in(["rredcot", "bayes", "null"])),
+                estimates.filter(family.is_in([families.RREDCOT, families.BAYES, families.NULL])),
             )
     return sets
 

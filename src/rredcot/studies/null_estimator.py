@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from rredcot.studies import families
 from rredcot.studies.estimators import ESTIMATE_SCHEMA
 
 NULL = "null_R_only"
@@ -28,7 +29,7 @@ def null_estimates(traces: pl.DataFrame, segmentation: pl.DataFrame) -> pl.DataF
             {
                 "trace_index": t,
                 "estimator": NULL,
-                "family": "null",
+                "family": families.NULL,
                 "n_rollouts": None,
                 "sigma": sigma.tolist(),
                 "values": potentials[:k].tolist(),

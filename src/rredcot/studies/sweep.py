@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from rredcot.studies import families
 from rredcot.studies.agreement import TARGETS, agreement_table
 from rredcot.studies.ground_truth import GROUND_TRUTH
 from rredcot.studies.localization import RANDOM, localization_table, true_segments
@@ -77,7 +78,7 @@ def sweep_table(
                 gt.select(
                     pl.col("trace_index"),
                     pl.lit(GROUND_TRUTH).alias("estimator"),
-                    pl.lit("ground_truth").alias("family"),
+                    pl.lit(families.GROUND_TRUTH).alias("family"),
                     pl.col("sigma"),
                 ),
             ]

@@ -20,7 +20,7 @@ from rredcot.method_registry import method_spec
 from rredcot.training.methods import METHODS
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training_rules import device_error, process_layout
-from rredcot.trl import ESTIMATORS, MC_BATCH_SIZE, RREDCoTConfig
+from rredcot.trl import ESTIMATOR_EXTRAS, ESTIMATORS, RREDCoTConfig
 from rredcot.trl_support import checkpointing_argument
 from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
@@ -82,8 +82,8 @@ def credit_arguments(settings: TrainingSettings) -> dict[str, Any]:
     estimator = {}
     if settings.method in ESTIMATORS:
         estimator = asdict(getattr(settings, ESTIMATORS[settings.method][1]))
-        if settings.method == "mc":
-            estimator[MC_BATCH_SIZE] = settings.mc_batch_size
+        for key, attribute in ESTIMATOR_EXTRAS.get(settings.method, {}).items():
+            estimator[key] = getattr(settings, attribute)
     misconception = settings.misconception
     return {
         "credit": settings.method,

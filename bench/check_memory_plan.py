@@ -5,8 +5,8 @@ budget), a tiny Qwen3 model of that shape (random weights, float32, byte vocabul
 step's traces with `rredcot_credit_batch` (pruning off, so no kept keys: the planner's
 `pruning_bound` is a bound, not an estimate), and the process's peak resident memory above its
 start (VmHWM, the bench's meter) is set against `rredcot.memory_plan.credit_phases`. Writes a
-markdown table (`--markdown`, e.g. into docs/memory.md) and a CSV (`--csv`); exits 1 when a
-shape is outside ±`--tolerance` (0.25).
+markdown table (`--markdown`, e.g. into docs/memory/measurements.md) and a CSV (`--csv`);
+exits 1 when a shape is outside ±`--tolerance` (0.25).
 
     OMP_NUM_THREADS=1 python bench/check_memory_plan.py --markdown /tmp/plan.md  # ~2 min
 """

@@ -10,8 +10,9 @@ on the world's RL split, and is scored on the held-out split (`synth_id`) with i
 protocol (k samples at the RL temperature): base, every `--every` steps, and the final policy.
 It prints, per candidate, the share of zero-variance groups over the first 20 steps, the
 training reward at the start and the end, and held-out pass@1 along the run, so that a
-setting is chosen by whether GRPO learns, never by how another method fares. docs/testbed.md's
-"How the default's world, base and RL settings were chosen" quotes its output.
+setting is chosen by whether GRPO learns, never by how another method fares.
+docs/archive/testbed_choices.md ("How the default's world, base and RL settings were chosen")
+quotes its output.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ DEV_SEED = 0  # never in config.yaml's training.seeds
 # the search reproduces whatever config.yaml froze afterwards.
 # The `_warm` candidates were written with warmup_ratio 0.1, which the constant schedule
 # ignored: they ran without warm-up, as they do here (a warm-up ratio with `constant` is now
-# refused at load); the names stay those docs/testbed.md quotes.
+# refused at load); the names stay those docs/archive/testbed_choices.md quotes.
 _SEARCH = {"max_steps": 100, "warmup_ratio": 0.0}
 CANDIDATES: dict[str, dict] = {
     "p4_lr3e-5": {**_SEARCH, "prompts_per_step": 4, "learning_rate": 3e-5},

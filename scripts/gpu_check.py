@@ -1,7 +1,7 @@
 """One GPU check in one call: the kernels, the memory and the training path a paper run needs.
 
-Each part is a row of one table (docs/cluster_and_gpu.md, "The one-call GPU check", says what
-each row checks); a part that cannot run here is a row marked `skipped` or `cannot` with the
+Each part is a row of one table (docs/cluster_and_gpu/gpu_check.md says what each row
+checks); a part that cannot run here is a row marked `skipped` or `cannot` with the
 reason, never a crash:
 
 - **packages**, **device**: the versions this run uses (the lent GPU machine's own, older

@@ -3,7 +3,7 @@
 # the paper-shape credit and training peaks at 25k tokens against the memory planner, and two
 # steps of every method on the configs' path (float32 masters under bf16 autocast, gradient
 # checkpointing, a real-size vocabulary, a SIGTERM checkpoint and the resume), as one table.
-# scripts/gpu_check.py does the work; docs/cluster_and_gpu.md says what each row checks.
+# scripts/gpu_check.py does the work; docs/cluster_and_gpu/gpu_check.md says what each row checks.
 #
 #   bash scripts/gpu_check.sh                        # CUDA; extra arguments go to gpu_check.py
 #   bash scripts/gpu_check.sh --table $OUT/table.md  # also write the table

@@ -8,6 +8,13 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+# The docs pages a program writes, not a person: the pages the scripts render from the configs
+# with `write_or_check`, and the runs' summaries that scripts/snapshot_summary.py copies under
+# SNAPSHOT_DOCS. tests/unit/test_doc_links.py exempts them from the limit on a page's length and
+# checks that every script that renders a page names it here.
+RENDERED_DOCS = ("docs/paper_settings.md", "docs/paper_budget.md")
+SNAPSHOT_DOCS = "docs/snapshots"
+
 
 def write_or_check(
     doc: Path, render: Callable[[], str], description: str, argv: Sequence[str] | None = None

@@ -25,7 +25,7 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 def user_docs(repo) -> str:
     """The README and every page under docs/, one text."""
-    pages = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+    pages = [repo / "README.md", *sorted((repo / "docs").rglob("*.md"))]
     return "\n".join(p.read_text() for p in pages)
 
 

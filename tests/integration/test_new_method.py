@@ -1,7 +1,7 @@
-"""The recipe for a new method (docs/method.md, `rredcot.method_registry`) holds: one module and
-one `MethodSpec` entry are all it takes for the config check, the schema, the planners and the
-DAG to accept it. The test writes both into a copy of the repository and dry-runs the smoke DAG
-with the new method beside GRPO."""
+"""The recipe for a new method (docs/method/adding_a_method.md, `rredcot.method_registry`)
+holds: one module and one `MethodSpec` entry are all it takes for the config check, the schema,
+the planners and the DAG to accept it. The test writes both into a copy of the repository and
+dry-runs the smoke DAG with the new method beside GRPO."""
 
 from __future__ import annotations
 

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rredcot.rendered_docs import RENDERED_DOCS, SNAPSHOT_DOCS
+
 REPO = Path(__file__).resolve().parents[2]
+MAX_PAGE_LINES = 150
+BEING_SPLIT = {"docs/attribution.md"}  # being split: remove once it is at most MAX_PAGE_LINES
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -147,3 +151,35 @@ def test_the_history_check_finds_history():
         assert HISTORY.search(text), text
     for text in ("stopped at step 1,150", "`&#8212;`", "a lesson"):
         assert not HISTORY.search(text), text
+
+
+def generated(page: Path) -> bool:
+    """A page a program writes: a rendered doc, or a run's summary copied into the snapshots."""
+    name = page.relative_to(REPO).as_posix()
+    return name in RENDERED_DOCS or name.startswith(SNAPSHOT_DOCS + "/")
+
+
+def test_every_docs_page_is_short():
+    """A page a person writes holds at most MAX_PAGE_LINES lines: the essentials on the page,
+    the detail on pages it links (docs/<page>/...), the history in the archive."""
+    long = [
+        f"{name}: {n} lines"
+        for page in sorted((REPO / "docs").rglob("*.md"))
+        if not generated(page)
+        and (name := page.relative_to(REPO).as_posix()) not in BEING_SPLIT
+        and (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES
+    ]
+    assert not long, f"over {MAX_PAGE_LINES} lines (split them): {long}"
+
+
+def test_every_rendered_page_is_exempt_by_name():
+    """Each script that renders a docs page writes one that RENDERED_DOCS names, so the
+    exemption above is one list."""
+    written = {
+        "docs/" + found.group(1)
+        for script in sorted((REPO / "scripts").glob("*.py"))
+        if "write_or_check(" in (text := script.read_text())
+        for found in re.finditer(r'DOC = REPO / "docs" / "([^"]+)"', text)
+    }
+    assert written == set(RENDERED_DOCS)
+    assert all((REPO / name).is_file() for name in (*RENDERED_DOCS, *BEING_SPLIT))

@@ -250,7 +250,7 @@ rule study_agreement:
             caption="../report/estimator_agreement.rst",
             category="Estimator studies",
         ),
-        # the pre-registered answer-now rule applied to this table (config.yaml, docs/testbed.md)
+        # the pre-registered answer-now rule applied to this table (config.yaml, docs/archive/testbed_choices.md)
         answer_now="results/answer_now_rule.json",
     log:
         "results/logs/studies/study_agreement.log",

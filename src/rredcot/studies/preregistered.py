@@ -1,6 +1,7 @@
 """Pre-registered rules that read a study table before any RL run, never decided by RL: the
-answer-now form (off the agreement table; docs/testbed.md, config.yaml) and the cheaper
-estimator form `rredcot_fast` (off the cost–agreement frontier; docs/frontier.md)."""
+answer-now form (off the agreement table; docs/archive/testbed_choices.md, config.yaml) and the
+cheaper estimator form `rredcot_fast` (off the cost–agreement frontier;
+docs/frontier/preregistration.md)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import polars as pl
 
 
 def preregistered_answer_now(table: pl.DataFrame, value: str) -> dict[str, Any]:
-    """The answer-now form the pre-registered rule picks (docs/testbed.md, config.yaml): the one
-    with the higher per-trace credit agreement with the MC ground truth, RREDCoT's `value`
-    variant on the configured (dataset) references over all agreement traces, when the paired
-    95% CI of joint − conditional excludes zero; otherwise `conditional`. Decided before any RL
-    run, never by RL.
+    """The answer-now form the pre-registered rule picks (docs/archive/testbed_choices.md,
+    config.yaml): the one with the higher per-trace credit agreement with the MC ground truth,
+    RREDCoT's `value` variant on the configured (dataset) references over all agreement traces,
+    when the paired 95% CI of joint − conditional excludes zero; otherwise `conditional`. Decided
+    before any RL run, never by RL.
 
     table: `results/estimator_agreement.csv` (one of the two forms is its reference, the other
     carries the paired difference). Returns the choice and the figures it used.
@@ -64,8 +65,8 @@ under the workflow's own transform with the ground truth's (what training consum
 def preregistered_fast_estimator(
     table: pl.DataFrame, configured: str, measure: str = FAST_MEASURE
 ) -> dict[str, Any]:
-    """The pre-registered pick of `rredcot_fast` (docs/frontier.md), from the frontier table
-    (`results/estimator_frontier.csv`) before any RL run that uses it.
+    """The pre-registered pick of `rredcot_fast` (docs/frontier/preregistration.md), from the
+    frontier table (`results/estimator_frontier.csv`) before any RL run that uses it.
 
     Within the reference-conditioned family (`reference_conditioned` rows: RREDCoT's forms and
     OPPO's Bayes value on the configured reference; the K-forms and the oracle key are not in

@@ -121,6 +121,7 @@ def write_tables(root: Path) -> dict[str, Path]:
                 "oracle_rule",
                 "loo",
             ],
+            "family": ["baseline", "rredcot", "mc", "placebo", "oracle", "attribution"],
             "top1": [0.184, 0.765, 0.9, 0.171, 0.98, 0.3],
             "top1_ci95_low": [0.15, 0.724, 0.8, 0.13, 0.95, 0.2],
             "top1_ci95_high": [0.22, 0.809, 0.95, 0.21, 1.0, 0.4],

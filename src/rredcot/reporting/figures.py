@@ -30,7 +30,7 @@ FAMILY_COLORS: dict[str, str] = {
     families.RREDCOT: "#c44e52",
     families.ATTRIBUTION: "#55a868",
     families.GROUND_TRUTH: "#8172b2",
-    "baseline": "#7f7f7f",
+    families.BASELINE: "#7f7f7f",
     families.NULL: "#000000",
     families.BAYES: "#dd8452",
 }
@@ -39,7 +39,7 @@ FAMILY_LABELS: dict[str, str] = {
     families.RREDCOT: "RREDCoT value variants",
     families.ATTRIBUTION: "attribution baselines",
     families.GROUND_TRUTH: "MC ground truth",
-    "baseline": "random segment",
+    families.BASELINE: "random segment",
     families.BAYES: "one-pass Bayes value (OPPO)",
     families.NULL: "null (knows only R)",
 }

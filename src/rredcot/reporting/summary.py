@@ -116,20 +116,16 @@ def localization_headline(table: pl.DataFrame) -> pl.DataFrame:
     return table.filter(pl.col("trace_set") == "all_incorrect").sort("top1", descending=True)
 
 
-LOCALIZATION_CONTROLS = ("oracle_step", "oracle_rule", "random")
-"""The rows that bound a localization figure (`rredcot.studies.controls`), besides the placebos
-(`_perm`)."""
+LOCALIZATION_CONTROLS = (families.ORACLE, families.PLACEBO, families.BASELINE)
+"""The families of the rows that bound a localization figure (`rredcot.studies.controls`): the
+checker oracles, the within-trace placebos and the random segment."""
 
 
 def localization_by_kind(table: pl.DataFrame) -> pl.DataFrame:
     """Top-1 on the incorrect traces by first-error kind: the reference estimator, its placebo
     and the controls."""
     kinds = pl.col("trace_set").is_in(["incorrect systematic", "incorrect other"])
-    chosen = (
-        (pl.col("verdict") == "reference")
-        | pl.col("estimator").str.ends_with("_perm")
-        | pl.col("estimator").is_in(LOCALIZATION_CONTROLS)
-    )
+    chosen = (pl.col("verdict") == "reference") | pl.col("family").is_in(LOCALIZATION_CONTROLS)
     return table.filter(kinds & chosen)
 
 

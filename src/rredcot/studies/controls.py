@@ -32,7 +32,7 @@ from rredcot.studies.rollouts import sigma_from_values
 from rredcot.training.methods.oracle_rule import OracleRuleMethod
 from rredcot.training.methods.oracle_step import OracleStepMethod
 
-ORACLES: tuple[str, ...] = ("oracle_step", "oracle_rule")
+ORACLES: tuple[str, ...] = (OracleStepMethod.name, OracleRuleMethod.name)
 """Estimator names of the checker oracles (the training methods of the same names)."""
 
 

@@ -19,6 +19,8 @@ PLACEBO = "placebo"
 """Another estimator's σ permuted within each trace (placement destroyed)."""
 NULL = "null"
 """Knows only the outcome R (the floor)."""
+BASELINE = "baseline"
+"""A row of the localization table that is no estimator: a uniformly random segment."""
 
 FAMILIES: tuple[str, ...] = (
     GROUND_TRUTH,

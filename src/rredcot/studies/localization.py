@@ -132,7 +132,7 @@ def localization_table(
             {
                 "trace_set": trace_set,
                 "estimator": name,
-                "family": "baseline" if name == RANDOM else family[name],
+                "family": families.BASELINE if name == RANDOM else family[name],
                 "top1": float(top1.mean()),
                 "top1_ci95_low": t_low,
                 "top1_ci95_high": t_high,

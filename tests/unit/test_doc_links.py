@@ -14,7 +14,6 @@ from rredcot.rendered_docs import RENDERED_DOCS, SNAPSHOT_DOCS
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_PAGE_LINES = 150
-BEING_SPLIT = {"docs/attribution.md"}  # being split: remove once it is at most MAX_PAGE_LINES
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -163,10 +162,9 @@ def test_every_docs_page_is_short():
     """A page a person writes holds at most MAX_PAGE_LINES lines: the essentials on the page,
     the detail on pages it links (docs/<page>/...), the history in the archive."""
     long = [
-        f"{name}: {n} lines"
+        f"{page.relative_to(REPO).as_posix()}: {n} lines"
         for page in sorted((REPO / "docs").rglob("*.md"))
         if not generated(page)
-        and (name := page.relative_to(REPO).as_posix()) not in BEING_SPLIT
         and (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES
     ]
     assert not long, f"over {MAX_PAGE_LINES} lines (split them): {long}"
@@ -182,4 +180,4 @@ def test_every_rendered_page_is_exempt_by_name():
         for found in re.finditer(r'DOC = REPO / "docs" / "([^"]+)"', text)
     }
     assert written == set(RENDERED_DOCS)
-    assert all((REPO / name).is_file() for name in (*RENDERED_DOCS, *BEING_SPLIT))
+    assert all((REPO / name).is_file() for name in RENDERED_DOCS)

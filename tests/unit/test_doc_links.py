@@ -164,8 +164,7 @@ def test_every_docs_page_is_short():
     long = [
         f"{page.relative_to(REPO).as_posix()}: {n} lines"
         for page in sorted((REPO / "docs").rglob("*.md"))
-        if not generated(page)
-        and (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES
+        if not generated(page) and (n := len(page.read_text().splitlines())) > MAX_PAGE_LINES
     ]
     assert not long, f"over {MAX_PAGE_LINES} lines (split them): {long}"
 

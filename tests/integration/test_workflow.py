@@ -654,3 +654,56 @@ def test_a_placebo_is_trained_beside_its_method_and_compared_with_it(
     assert against_grpo == {*METHODS[1:], "rredcot_perm"}
     assert set(table["seeds"]) == {1}
     assert (workdir / "results/figures/credit_attribution.png").exists()
+
+
+@pytest.mark.parametrize("name", ["attribution", "equal_compute"])
+def test_an_attribution_config_runs_exactly_what_its_tables_need(
+    name, repo, tmp_path, run_snakemake, no_mirror_env
+):
+    """configs/attribution.yaml and configs/equal_compute.yaml: one run per arm and seed, and
+    every job of the default target is one that the summary's tables or
+    results/credit_attribution.csv need; `summary` and `all` are the only jobs on top."""
+    from rredcot.reporting.summary import TABLES
+
+    (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())  # as in a checkout
+    overlay = repo / "configs" / f"{name}.yaml"
+    args = ("--configfile", str(overlay))
+    full = run_snakemake(repo, tmp_path, *args, "-n", "--forceall", env=no_mirror_env)
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    everything = _job_stats(full.stdout + full.stderr)
+    base = yaml.safe_load((repo / "config.yaml").read_text())["training"]
+    training = {**base, **(yaml.safe_load(overlay.read_text())["training"])}
+    arms = len(training["methods"]) + len(training["variants"])
+    assert everything["train_policy"] == arms * len(training["seeds"])
+    assert everything["credit_attribution"] == 1
+    tables = [
+        f"results/{TABLES[n][0]}"
+        for n in ("method_comparison", "benchmark_comparison", "main_table", "compute_cost")
+    ] + ["results/regime_table.csv", "results/credit_attribution.csv"]
+    needed = run_snakemake(repo, tmp_path, *tables, "-n", "--forceall", *args, env=no_mirror_env)
+    assert needed.returncode == 0, needed.stdout[-3000:] + needed.stderr[-3000:]
+    assert {**_job_stats(needed.stdout + needed.stderr), "summary": 1, "all": 1} == everything
+
+
+def test_the_dose_on_one_base_runs_each_arm_at_each_share(
+    repo, tmp_path, run_snakemake, no_mirror_env
+):
+    """configs/dose_rule_share.yaml: every arm on every seed at each share f, one SFT base for
+    all (the same world and SFT settings at each level), one attribution table per dose and the
+    dose table over them."""
+    (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())
+    overlay = repo / "configs" / "dose_rule_share.yaml"
+    args = ("--configfile", str(overlay))
+    full = run_snakemake(repo, tmp_path, *args, "-n", "--forceall", env=no_mirror_env)
+    assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
+    jobs = _job_stats(full.stdout + full.stderr)
+    config = yaml.safe_load(overlay.read_text())
+    levels = len(config["doses"]["levels"])
+    training = config["training"]
+    seeds = yaml.safe_load((repo / "config.yaml").read_text())["training"]["seeds"]
+    arms = len(training["methods"]) + len(training["variants"])
+    train = {rule: n for rule, n in jobs.items() if rule.endswith("train_policy")}
+    assert sum(train.values()) == arms * len(seeds) * levels, train
+    attribution = {rule: n for rule, n in jobs.items() if rule.endswith("credit_attribution")}
+    assert sum(attribution.values()) == levels, attribution
+    assert sum(n for rule, n in jobs.items() if rule.endswith("credit_regimes")) == 1, jobs

@@ -168,9 +168,34 @@ def test_a_baseline_given_the_methods_budget_is_compared_at_equal_compute() -> N
         r["measure"]: r
         for r in table.filter(pl.col("against") == "grpo_long").iter_rows(named=True)
     }
-    assert list(budget) == ["final_equal_seconds", "final_equal_tokens"]
+    assert list(budget) == ["final_equal_seconds", "final_equal_tokens", "auc_equal_seconds"]
     assert budget["final_equal_seconds"]["difference"] == pytest.approx(1 - 0.75)
     assert budget["final_equal_tokens"]["difference"] == pytest.approx(1 - 0.5)
+    # area against seconds to the common 4 s: rredcot's steps at 0, 2, 4 s, problems
+    # (0,0,1) ×2 → 1/4 and (0,1,1) ×2 → 3/4: 0.5; grpo_long's evaluated steps 0, 2, 4 at
+    # 0, 2, 4 s: (0,0,0) 0, (0,0,1) 1/4, (0,1,1) ×2 3/4: 0.4375
+    assert budget["auc_equal_seconds"]["difference"] == pytest.approx(0.5 - 0.4375)
+
+
+def test_the_area_against_seconds_interpolates_at_the_budget() -> None:
+    """Steps 0, 10, 20 at 0, 5, 10 s with pass@1 0.2, 0.4, 0.6; budget 7.5 s: the curve at
+    7.5 s is 0.5, the area (0.2+0.4)/2·5 + (0.4+0.5)/2·2.5 = 2.625, its mean 0.35; a budget
+    past the run's end is an error, never extrapolated."""
+    from rredcot.reporting.curves import seconds_area
+
+    points = pl.DataFrame(
+        {
+            "seed": [1] * 3,
+            "problem_id": ["p"] * 3,
+            "step": [0, 10, 20],
+            "pass_at_1": [0.2, 0.4, 0.6],
+        }
+    )
+    seconds = {0: 0.0, 10: 5.0, 20: 10.0}
+    assert seconds_area(points, seconds, 7.5)["auc"].to_list() == [pytest.approx(0.35)]
+    assert seconds_area(points, seconds, 10.0)["auc"].to_list() == [pytest.approx(0.4)]
+    with pytest.raises(ValueError, match="before the budget"):
+        seconds_area(points, seconds, 12.0)
 
 
 def test_every_run_is_also_set_against_the_reference_per_first_error_kind() -> None:

@@ -18,7 +18,9 @@ conservative verdict, the MDE at 80% power). Measures, all "higher is better":
   misconception's rule applies to the problem), when the step is given the strata;
 - `final_equal_seconds` / `final_equal_tokens`, for a baseline given a method's budget
   (`training.variants.<i>.budget_of`: GRPO with more steps or samples): the method against it
-  at equal cumulative wall seconds and forward tokens (`method_comparison`'s rule).
+  at equal cumulative wall seconds and forward tokens (`method_comparison`'s rule), and
+  `auc_equal_seconds`, the area under each held-out curve against cumulative wall seconds up
+  to the smaller of the two runs' totals (`rredcot.reporting.curves.seconds_area`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ import numpy as np
 import polars as pl
 
 from rredcot.evaluation.paired import paired_comparison
-from rredcot.reporting.curves import RunScores, method_comparison, problem_grid
+from rredcot.reporting.curves import (
+    RunScores,
+    cumulative_compute,
+    method_comparison,
+    problem_grid,
+    run_points,
+    seconds_area,
+)
 from rredcot.reporting.figures import ci_error_bars, save_figure, says_no_rows
 
 PRIMARY = "auc"
@@ -42,6 +51,8 @@ STRATA: tuple[str, ...] = ("rule", "no_rule")
 others (`rredcot.data.misconceptions.rule_applies`)."""
 EQUAL_COMPUTE = ("final_equal_seconds", "final_equal_tokens")
 """`method_comparison`'s measures at equal cumulative wall seconds and forward tokens."""
+SECONDS_AREA = "auc_equal_seconds"
+"""The area under the held-out curve against cumulative wall seconds, to a common budget."""
 STATS = ("difference", "ci95_low", "ci95_high", "bootstrap_verdict", "seed_t_ci95_low",
          "seed_t_ci95_high", "seed_t_verdict", "verdict", "seeds", "problems", "seed_sd",
          "mde80")  # fmt: skip
@@ -129,6 +140,35 @@ def _curve_rows(
     return rows
 
 
+def _seconds_area_row(
+    runs: Sequence[RunScores],
+    base: pl.DataFrame,
+    method: str,
+    against: str,
+    seeds: Sequence[int],
+    n_resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """`method` − `against`, the area under the held-out curve against cumulative wall seconds
+    up to the smaller of the two runs' totals (each step at its run's mean seconds over seeds)."""
+    problems = sorted(base["problem_id"].unique().to_list())
+    seconds, points = {}, {}
+    for name in (method, against):
+        own = [r for r in runs if r.method == name]
+        compute = pl.concat([cumulative_compute(r.metrics) for r in own], how="vertical_relaxed")
+        mean = compute.group_by("step").agg(pl.col("seconds").mean())
+        seconds[name] = {int(st): float(sec) for st, sec in mean.iter_rows()}
+        points[name] = pl.concat([run_points(r, base) for r in own], how="vertical_relaxed")
+    final = {name: max(r.steps for r in runs if r.method == name) for name in (method, against)}
+    budget = min(seconds[name][final[name]] for name in (method, against))
+    grids = [
+        problem_grid(seconds_area(points[name], seconds[name], budget), "auc", seeds, problems)
+        for name in (method, against)
+    ]
+    stats = paired_comparison(*grids, n_resamples=n_resamples, seed=seed)
+    return _row(method, against, SECONDS_AREA, ALL, {k: stats[k] for k in STATS})
+
+
 def _kind_rows(
     kinds: Mapping[str, pl.DataFrame],
     method: str,
@@ -204,8 +244,11 @@ def attribution_table(
             seeds = {method: own, reference: own}
             rows += _kind_rows(kinds, method, reference, seeds, problems, n_resamples, seed)
     for method, against in budget_pairs:
-        both, _ = _paired_runs(runs, method, against)
+        both, seeds = _paired_runs(runs, method, against)
         rows += _curve_rows(both, base, method, against, EQUAL_COMPUTE, n_resamples, seed)
+        rows.append(
+            _seconds_area_row(both, base, method, against, seeds[method], n_resamples, seed)
+        )
     return pl.DataFrame(rows, infer_schema_length=None)
 
 

@@ -160,6 +160,31 @@ def _auc(points: pl.DataFrame, until: int) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def seconds_area(points: pl.DataFrame, seconds: Mapping[int, float], budget: float) -> pl.DataFrame:
+    """Per (seed, problem): the mean of pass@1 over cumulative wall seconds 0 … `budget`
+    (trapezoid, divided by `budget`), each evaluated step placed at `seconds[step]` (the run's
+    mean over seeds, as `method_comparison` places its steps) and the curve interpolated
+    linearly at the budget, which no run may lack (never extrapolated)."""
+    if budget <= 0:
+        raise ValueError(f"seconds_area: budget {budget} must be above 0")
+    rows = []
+    for (seed, problem), part in points.group_by("seed", "problem_id"):
+        part = part.sort("step")
+        x = np.array([seconds[int(st)] for st in part["step"]], dtype=np.float64)
+        y = part["pass_at_1"].to_numpy().astype(np.float64)
+        if x[-1] < budget:
+            raise ValueError(
+                f"seconds_area: seed {seed} ends at {x[-1]:.4g} s, before the budget {budget:.4g} s"
+            )
+        keep = x < budget
+        xs = np.append(x[keep], budget)
+        ys = np.append(y[keep], np.interp(budget, x, y))
+        rows.append(
+            {"seed": seed, "problem_id": problem, "auc": float(np.trapezoid(ys, xs) / budget)}
+        )
+    return pl.DataFrame(rows)
+
+
 def _at_step(points: pl.DataFrame, step: int) -> pl.DataFrame:
     return points.filter(pl.col("step") == step).select(
         "seed", "problem_id", pl.col("pass_at_1").alias("score")

@@ -7,7 +7,7 @@
         --override '{"rredcot": {"layout": "packed"}}'                  # a setting changed
 
 A step: one run of `--method` with the default's settings (`config.yaml` through
-`rredcot.training_rules.run_settings`, the workflow's builder) on the world's `rl` split, its
+`rredcot.workflow.run_params.run_settings`, the workflow's builder) on the world's `rl` split, its
 `--warmup` first steps untimed, under cProfile (`--override`: a JSON block merged into the
 run's settings, as a `training.variants` entry is); printed: seconds per step in generation (the
 policy's `generate`), rewards, the method's credit, the loss forward, the backward, the
@@ -40,7 +40,7 @@ from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.tasks import get_task
 from rredcot.training import TrainingSettings, train_policy
 from rredcot.training.curves import CurveSettings
-from rredcot.training_rules import merged, run_settings
+from rredcot.workflow.run_params import merged, run_settings
 
 STEP_PHASES: dict[str, tuple[str, str]] = {
     # phase: (part of the file's path, function name) whose cumulative time is the phase's

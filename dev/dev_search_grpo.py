@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
 from rredcot.tasks import get_task  # noqa: E402
 from rredcot.training.curves import CurveSettings, evaluate_policy  # noqa: E402
-from rredcot.training_rules import run_settings  # noqa: E402
+from rredcot.workflow.run_params import run_settings  # noqa: E402
 
 DEV_SEED = 0  # never in config.yaml's training.seeds
 # Named candidates: overrides of config.yaml's `training` block.

@@ -15,7 +15,7 @@ reason, never a crash:
 - **paper credit / paper train**: `scripts/gpu_paper_shape.py` at T = 25,000 (Qwen3-4B's shape,
   the paper config's credit budget, 2 training rows) against the planner's estimate;
 - **train <method>**: every method of the paper config, its settings as the workflow builds
-  them (`rredcot.training_rules.run_settings`, LoRA for RRPO/SRPO) at a small size: the policy
+  them (`rredcot.workflow.run_params.run_settings`, LoRA for RRPO/SRPO) at a small size: the policy
   loaded as the train_policy step loads it (float32 masters unless LoRA; bf16 autocast on
   CUDA), gradient checkpointing, a real-size vocabulary (Qwen's 151,936 rows on a small SFT-ed
   model, so the trainer takes the branches real models take), two optimizer steps with a
@@ -266,7 +266,7 @@ def method_values(config: dict[str, Any], method: str, sizes: Sizes, device: str
     """The paper run's settings of `method` (`run_settings`), at `sizes`, on the synthetic
     world (its references are the `solution` column), without vLLM (not on the lent machine),
     saving every step."""
-    from rredcot.training_rules import run_settings
+    from rredcot.workflow.run_params import run_settings
 
     values = run_settings(config, method, 0, task="synthetic", reference_column="solution")
     for key in ("vllm_max_model_length", "vllm_mode", "vllm_gpu_memory_utilization"):

@@ -280,10 +280,10 @@ def run_phases(
     credit (the method's pass and training run one after the other: the peak takes the larger
     of training and gathered + credit), and peak. `gpu_bytes`: the budget, `devices.memory_gb`
     × 10⁹ (vLLM's share is of `device_bytes` of it). `values` are the run's settings
-    (`rredcot.training_rules.run_settings`: config `training` with the method's and variant's
+    (`rredcot.workflow.run_params.run_settings`: config `training` with the method's and variant's
     overrides, the run's `rredcot` estimator block, `segmentation`), launched under
     `accelerate` on `num_processes` processes."""
-    from rredcot.training_rules import process_layout
+    from rredcot.workflow.run_params import process_layout
 
     procs = num_processes
     n = shape.parameters

@@ -411,7 +411,7 @@ from snakemake.utils import update_config
 
 from rredcot import memory_plan, vllm_memory
 from rredcot.config import validate_config
-from rredcot.training_rules import run_settings
+from rredcot.workflow.run_params import run_settings
 
 config = yaml.safe_load(open("config.yaml"))
 update_config(config, yaml.safe_load(open(sys.argv[1])))

@@ -8,7 +8,7 @@ import pytest
 
 from rredcot.reporting.credit_attribution import attribution_table, plot_attribution
 from rredcot.reporting.curves import RunScores
-from rredcot.training_rules import placebo_pairs
+from rredcot.workflow.run_params import placebo_pairs
 
 PROBLEMS = ["p0", "p1", "p2", "p3"]
 BASE = pl.DataFrame({"problem_id": PROBLEMS, "sample_index": [0] * 4, "reward": [0.0] * 4})

@@ -16,8 +16,8 @@ from snakemake.utils import update_config
 
 from rredcot import memory_plan
 from rredcot.config import validate_config
-from rredcot.training_rules import run_settings
 from rredcot.vllm_memory import QWEN3_4B_SHAPE
+from rredcot.workflow.run_params import run_settings
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(REPO.glob("configs/*.yaml"))

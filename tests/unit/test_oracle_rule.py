@@ -9,7 +9,7 @@ from rredcot.credit.oracle import kind_accuracy, kind_values, step_kinds, writte
 from rredcot.data.checker import check_response
 from rredcot.training.method_settings import MethodSettings
 from rredcot.training.methods.oracle_rule import OracleRuleMethod
-from rredcot.training_rules import run_settings
+from rredcot.workflow.run_params import run_settings
 
 
 def test_step_kinds_and_written_kinds() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.placebo import flatten_traces, permute_within_traces, placebo_sigmas
-from rredcot.training_rules import run_settings
+from rredcot.workflow.run_params import run_settings
 
 SIGMAS = [torch.tensor([0.5, -0.25, 0.0, 1.0]), torch.tensor([2.0]), torch.tensor([-1.0, 3.0])]
 BOUNDARIES = [[0, 1, 3, 6, 10], [0, 4], [0, 2, 3]]

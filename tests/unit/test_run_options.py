@@ -13,7 +13,7 @@ import pytest
 from rredcot.steps.train_policy import build_parser, record_blocks
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.trl_config import grpo_config
-from rredcot.training_rules import TRACKERS, settings_error, tracker_error
+from rredcot.workflow.run_params import TRACKERS, settings_error, tracker_error
 
 
 def test_four_updates_per_generation(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ development search."""
 
 from __future__ import annotations
 
-from rredcot.training_rules import NOT_RUN_SETTINGS, merged, run_settings
+from rredcot.workflow.run_params import NOT_RUN_SETTINGS, merged, run_settings
 
 CONFIG = {
     "training": {

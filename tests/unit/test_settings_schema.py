@@ -22,7 +22,7 @@ from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods.resets import ResetConfig
 from rredcot.training.settings import TrainingSettings
-from rredcot.training_rules import NOT_RUN_SETTINGS
+from rredcot.workflow.run_params import NOT_RUN_SETTINGS
 
 # config block -> (settings class, keys only the schema has, fields only the class has)
 PAIRS: dict[str, tuple[type, set[str], set[str]]] = {

@@ -11,7 +11,6 @@ import yaml
 from snakemake.utils import update_config
 
 from rredcot.config import validate_config
-from rredcot.training_rules import run_settings
 from rredcot.vllm_memory import (
     KNOWN_MODELS,
     config_errors,
@@ -22,6 +21,7 @@ from rredcot.vllm_memory import (
     model_dims,
     training_length,
 )
+from rredcot.workflow.run_params import run_settings
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = ("training.vllm_max_model_length", "training.vllm_gpu_memory_utilization")

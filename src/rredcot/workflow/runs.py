@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rredcot.training_rules import run_settings
 from rredcot.workflow import Config
 from rredcot.workflow.problem_sets import task_of, train_data
+from rredcot.workflow.run_params import run_settings
 
 # The untrained base policy's name in the tables, beside the runs.
 BASE_METHOD = "base"
@@ -51,7 +51,7 @@ def methods_and_seeds(config: Config) -> list[tuple[str, int]]:
 
 
 def training_settings(config: Config, method: str, seed: int) -> dict[str, Any]:
-    """The `--params` of one RL run (`rredcot.training_rules.run_settings`): config `training`
+    """The `--params` of one RL run (`rredcot.workflow.run_params.run_settings`): config `training`
     with the method's and the variant's overrides, plus the shared segmentation and estimator
     blocks (so studies and training use one definition)."""
     return run_settings(

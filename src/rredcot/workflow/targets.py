@@ -5,11 +5,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Mapping
 
-from rredcot.training_rules import placebo_pairs
 from rredcot.workflow import Config
 from rredcot.workflow.evaluation_settings import curve_split
 from rredcot.workflow.paths import ATTRIBUTION_TABLE, REGIME_TABLE, SUMMARY
 from rredcot.workflow.problem_sets import is_world, study_set, train_data
+from rredcot.workflow.run_params import placebo_pairs
 from rredcot.workflow.runs import training_methods
 
 STUDY_ARTIFACTS = (

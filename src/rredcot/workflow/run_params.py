@@ -1,6 +1,6 @@
-"""Rules that tie training settings together, apart from torch and TRL (outside the
-`rredcot.training` package, whose import loads them): `TrainingSettings` and `batch_layout`
-apply them in the job, the config check at Snakemake load time before any job."""
+"""The settings of each RL run (its step's `--params`, `run_settings`) and the rules that tie
+training settings together, apart from torch and TRL: `TrainingSettings` and `batch_layout` apply
+them in the job, the config check at Snakemake load time before any job."""
 
 from __future__ import annotations
 

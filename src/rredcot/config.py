@@ -354,7 +354,7 @@ def _joint_errors(config: Mapping[str, Any]) -> list[str]:
     from rredcot.models.arch import arch_fields
     from rredcot.models.sft_settings import sft_block
     from rredcot.segmentation import study_segmentation
-    from rredcot.workflow.run_params import warmup_error
+    from rredcot.training.settings_checks import warmup_error
 
     messages = []
     world = config["world"]

@@ -283,7 +283,7 @@ def run_phases(
     (`rredcot.workflow.run_params.run_settings`: config `training` with the method's and variant's
     overrides, the run's `rredcot` estimator block, `segmentation`), launched under
     `accelerate` on `num_processes` processes."""
-    from rredcot.workflow.run_params import process_layout
+    from rredcot.training.settings_checks import process_layout
 
     procs = num_processes
     n = shape.parameters

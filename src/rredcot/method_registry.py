@@ -71,7 +71,7 @@ class MethodSpec:
     runs may override them (e.g. `credit` for the credit methods)."""
     resets: bool = False
     """Samples its own groups with resets (RRPO/SRPO): TRL's loss is the official one only under
-    loss_type grpo, kl_beta 0 and an even num_generations (`run_params.settings_error`)."""
+    loss_type grpo, kl_beta 0 and an even num_generations (`settings_checks.settings_error`)."""
     own_rollouts: bool = False
     """Calls the trainer's sampler itself with data-dependent sizes (MC's rollouts, the resets'
     groups), which some vLLM layouts cannot serve (`training.trl_config.check_collectives`)."""

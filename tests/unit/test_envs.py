@@ -92,7 +92,7 @@ def test_gpu_env_holds_the_gpu_and_tracking_extras(extra: str) -> None:
 
 
 def test_the_tracking_extra_holds_every_tracker() -> None:
-    from rredcot.workflow.run_params import TRACKERS
+    from rredcot.training.settings_checks import TRACKERS
 
     tracking = {exact_pin(s)[0] for s in project()["optional-dependencies"]["tracking"]}
     assert set(TRACKERS) == tracking

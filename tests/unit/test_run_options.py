@@ -12,8 +12,8 @@ import pytest
 
 from rredcot.steps.train_policy import build_parser, record_blocks
 from rredcot.training.settings import RunOptions, TrainingSettings
+from rredcot.training.settings_checks import TRACKERS, settings_error, tracker_error
 from rredcot.training.trl_config import grpo_config
-from rredcot.workflow.run_params import TRACKERS, settings_error, tracker_error
 
 
 def test_four_updates_per_generation(tmp_path: Path) -> None:

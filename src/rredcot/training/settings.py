@@ -1,7 +1,7 @@
 """What one RL run computes (`TrainingSettings`) and how it is launched and watched (`RunOptions`).
 
 The config's `training` block plus the method and seed, checked once here (each error names the
-field); cross-field rules live in `rredcot.workflow.run_params`.
+field); cross-field rules live in `rredcot.training.settings_checks`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rredcot.data.misconceptions import Misconception
 from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods import METHODS, ResetConfig
-from rredcot.workflow.run_params import settings_error, tracker_error
+from rredcot.training.settings_checks import settings_error, tracker_error
 
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
 LR_SCHEDULERS: tuple[str, ...] = ("constant", "constant_with_warmup", "linear", "cosine")
@@ -79,7 +79,7 @@ class TrainingSettings:
     """One of `LR_SCHEDULERS`."""
     warmup_ratio: float = 0.0
     """Share of max_steps with linear warm-up, in [0, 1); above 0 it needs a scheduler with a
-    warm-up (`constant` has none: refused, `run_params.warmup_error`)."""
+    warm-up (`constant` has none: refused, `settings_checks.warmup_error`)."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
     max_grad_norm: float = 1.0
@@ -296,7 +296,7 @@ class RunOptions:
     ddp_timeout: int = 1800
     """Seconds a rank waits at a collective (TRL's `ddp_timeout`)."""
     report_to: tuple[str, ...] = ()
-    """Experiment trackers (`rredcot.workflow.run_params.TRACKERS`); empty: none."""
+    """Experiment trackers (`rredcot.training.settings_checks.TRACKERS`); empty: none."""
     report_offline: bool = False
     """Trackers write locally only (`environment`): wandb in offline mode (`wandb sync` later),
     trackio without a Space (`TRACKIO_SPACE_ID` dropped); tensorboard is always local. For

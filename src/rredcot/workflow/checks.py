@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rredcot.config import ConfigError, block_errors, mirror_error, model_path_error
 from rredcot.data.registry import KNOWN_TRAINING_SETS
+from rredcot.training.settings_checks import process_layout, settings_error, tracker_error
 from rredcot.workflow import Config
 from rredcot.workflow.evaluation_settings import curve_split, eval_settings
 from rredcot.workflow.paths import BASE_MODEL, STAND_IN_MODEL
@@ -19,7 +20,6 @@ from rredcot.workflow.problem_sets import (
     train_data,
     world_splits,
 )
-from rredcot.workflow.run_params import process_layout, settings_error, tracker_error
 from rredcot.workflow.runs import training_methods, training_settings, variants
 from rredcot.workflow.targets import builds_regime_table
 
@@ -36,7 +36,7 @@ def check_conda_env(config: Config, basedir: Path) -> None:
 
 def check_trackers(config: Config, basedir: Path, use_conda: bool) -> None:
     """The trackers of training.report_to are importable here, or pinned in the jobs' env file
-    under --use-conda (rredcot.workflow.run_params.tracker_error; the job checks again)."""
+    under --use-conda (rredcot.training.settings_checks.tracker_error; the job checks again)."""
     env = basedir / config["conda_env"] if use_conda else None
     error = tracker_error(config["training"]["report_to"], env)
     if error is not None:
@@ -79,7 +79,7 @@ def check_local_paths(config: Config) -> None:
 
 
 def check_training_runs(config: Config, base_model: str = BASE_MODEL) -> None:
-    """Every run's settings taken together (`rredcot.workflow.run_params`, the rules the job
+    """Every run's settings taken together (`rredcot.training.settings_checks`, the rules the job
     applies) with the launch's processes, before any job: e.g. an odd num_generations for rrpo,
     or a batch that gradient_accumulation_steps does not divide, or an override that leaves the
     run's estimator sampling suffixes for another value than ref_suffix_sum. (Whether a process

@@ -14,8 +14,8 @@ log-probs and entropies taken and backpropagated:
   time (SDPA's causal kernel, no mask).
 
 The peak resident memory above the start of the step (VmHWM, bench/bench_credit_scaling.py's
-meter) is set against `rredcot.memory_plan.training_phases` (which takes every row full length:
-the rows' padding is left in the estimate). Writes a markdown table (`--markdown`) and a CSV
+meter) is set against `rredcot.planning.memory_plan.training_phases` (which takes every row full
+length: the rows' padding is left in the estimate). Writes a markdown table (`--markdown`) and a CSV
 (`--csv`); prints the largest difference between the two paths' losses and the peak's growth
 per doubling of L.
 
@@ -35,9 +35,9 @@ from pathlib import Path
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
-from rredcot.memory_plan import ModelShape, training_phases
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.planning.memory_plan import ModelShape, training_phases
 from rredcot.training.padding_free import unpadded_token_logps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

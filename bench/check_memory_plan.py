@@ -4,8 +4,8 @@ For each shape in `SHAPES` (layers, width, KV heads, trace length T, traces per 
 budget), a tiny Qwen3 model of that shape (random weights, float32, byte vocabulary) scores one
 step's traces with `rredcot_credit_batch` (pruning off, so no kept keys: the planner's
 `pruning_bound` is a bound, not an estimate), and the process's peak resident memory above its
-start (VmHWM, the bench's meter) is set against `rredcot.memory_plan.credit_phases`. Writes a
-markdown table (`--markdown`, e.g. into docs/memory/measurements.md) and a CSV (`--csv`);
+start (VmHWM, the bench's meter) is set against `rredcot.planning.memory_plan.credit_phases`. Writes
+a markdown table (`--markdown`, e.g. into docs/memory/measurements.md) and a CSV (`--csv`);
 exits 1 when a shape is outside ±`--tolerance` (0.25).
 
     OMP_NUM_THREADS=1 python bench/check_memory_plan.py --markdown /tmp/plan.md  # ~2 min
@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit_batch
-from rredcot.memory_plan import ModelShape, credit_phases
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.planning.memory_plan import ModelShape, credit_phases
 from rredcot.tasks.synthetic import SyntheticTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -197,7 +197,7 @@ def sdpa_row(name: str, rows: int, queries: int, keys: int, backward: bool, devi
 
 def sdpa_rows(device: str) -> list[Row]:
     """The paper's three mask shapes (module docstring): training, credit encoding, continuation."""
-    from rredcot.memory_plan import ENCODE_CHUNK, SHARED_ROW_MAX
+    from rredcot.planning.memory_plan import ENCODE_CHUNK, SHARED_ROW_MAX
 
     slots = PAPER_PROMPT + PAPER_LENGTH
     resident = 131_072 // slots  # the paper config's estimator.rredcot.max_resident_tokens

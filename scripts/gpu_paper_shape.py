@@ -26,7 +26,7 @@ for the layers ZeRO-3 gathers, and counts against the cap). On CUDA the cap is e
 (`torch.cuda.set_per_process_memory_fraction`; an out-of-memory error is a row with status
 `oom`); on the CPU it is compared with the measured peak (resident memory above the start, plus
 the weights). Each row carries the planner's estimate of the same case (`planner_estimate`:
-`rredcot.memory_plan`'s credit or training phase, plus the weights, and the gradients for
+`rredcot.planning.memory_plan`'s credit or training phase, plus the weights, and the gradients for
 training) and the ratio measured / estimate. One CSV row per case (`COLUMNS`), printed and
 written with `--csv`.
 
@@ -58,12 +58,12 @@ from transformers import Qwen3ForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
 from rredcot.credit.rredcot import RREDCoTConfig, Trace, rredcot_credit_batch
-from rredcot.memory_plan import ModelShape, credit_phases, shape_from_hf, training_phases
 from rredcot.models.tiny import tiny_config
 from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.planning.memory_plan import ModelShape, credit_phases, shape_from_hf, training_phases
+from rredcot.planning.vllm_memory import QWEN3_4B_SHAPE
 from rredcot.tasks.synthetic import SyntheticTask
 from rredcot.training.padding_free import packs_rows, unpadded_token_logps
-from rredcot.vllm_memory import QWEN3_4B_SHAPE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_credit_scaling import _mmap_large_blocks, _status_kib, _trim, make_batch  # noqa: E402

@@ -1,7 +1,7 @@
 """Print the memory planner's per-phase estimate for one GPU of each training rule of a config.
 
 The config is read as Snakemake reads it (config.yaml, then each `--configfile` on top); for
-every method of `training.methods` the `train_policy` rule's phases (`rredcot.memory_plan.
+every method of `training.methods` the `train_policy` rule's phases (`rredcot.planning.memory_plan.
 rule_phases`) are printed in GB against `--gpu-memory-gb`, with the key to change where the
 peak does not fit, under the planner's SDPA-kernel assumption (printed). Exits 1 when a rule
 does not fit.
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from rredcot.memory_plan import SDPA_ASSUMPTION, advice, device_bytes, rule_phases
+from rredcot.planning.memory_plan import SDPA_ASSUMPTION, advice, device_bytes, rule_phases
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("weights", "gradients", "optimizer", "vllm", "training", "gathered", "credit", "peak")

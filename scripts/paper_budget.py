@@ -8,7 +8,7 @@ table, as a fresh clone builds them) gives each job's rule, GPUs and wall-time l
 (`resources`); the sum of GPUs x limit is what the config asks the cluster to reserve, an upper
 bound of what the jobs use (no GPU run has measured them yet). Disk: the checkpoints each
 training run keeps (`training.save_total_limit`, written every `save_steps`) and its final
-policy, from the model's parameter count (`rredcot.vllm_memory.KNOWN_MODELS`): a full
+policy, from the model's parameter count (`rredcot.planning.vllm_memory.KNOWN_MODELS`): a full
 fine-tuning checkpoint holds bf16 weights (2 bytes per parameter) and AdamW's fp32 master
 weights, first and second moments (4 + 4 + 4): 14 bytes per trained parameter; a LoRA run
 checkpoints its adapter only (the same 14 bytes per adapter parameter).
@@ -32,8 +32,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from rredcot.planning.vllm_memory import KNOWN_CONFIGS, KNOWN_MODELS  # noqa: E402
 from rredcot.rendered_docs import write_or_check  # noqa: E402
-from rredcot.vllm_memory import KNOWN_CONFIGS, KNOWN_MODELS  # noqa: E402
 
 DOC = REPO / "docs" / "paper_budget.md"
 CONFIGS = ("paper_qwen3_4b", "paper_r1_distill_1p5b")

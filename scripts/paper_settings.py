@@ -111,7 +111,7 @@ RULES: list[tuple[str, str, str, str]] = [
         "evaluation.vllm.max_model_len",
         "ours",
         "the longest budget plus a prompt allowance; checked at load time to fit the GPU "
-        "(rredcot.vllm_memory)",
+        "(rredcot.planning.vllm_memory)",
     ),
     (
         "*",
@@ -274,8 +274,8 @@ RULES: list[tuple[str, str, str, str]] = [
         "training.per_device_batch_size",
         "ours",
         "per_device x accumulation x processes = prompts x generations: one step's batch; rows "
-        "of one micro-batch that fit one GPU by the memory planner (rredcot.memory_plan, checked "
-        "at load time; docs/memory.md)",
+        "of one micro-batch that fit one GPU by the memory planner "
+        "(rredcot.planning.memory_plan, checked at load time; docs/memory.md)",
     ),
     (
         "*",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rredcot import timing
+from rredcot.planning import timing
 from rredcot.reporting.numbers import duration
 
 

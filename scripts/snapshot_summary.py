@@ -29,8 +29,8 @@ def main() -> None:
     p.add_argument(
         "--calibration",
         type=float,
-        help="seconds of `python -m rredcot.timing` on the run's machine (default: measured "
-        "here, which must be that machine class; best while it is otherwise idle)",
+        help="seconds of `python -m rredcot.planning.timing` on the run's machine (default: "
+        "measured here, which must be that machine class; best while it is otherwise idle)",
     )
     args = p.parse_args()
     dest = take_snapshot(args.results, args.dest, args.slug, args.calibration)

@@ -388,7 +388,7 @@ def test_a_context_too_long_for_the_vllm_share_stops_at_load_time(
     tmp_path: Path, no_slurm_clients: tuple[Path, Path]
 ) -> None:
     """Qwen3-4B's whole 262,144-token context in a 0.3 x 80 GB colocated share: refused before
-    any job, naming the key (rredcot.vllm_memory; tests/unit/test_vllm_memory.py has the
+    any job, naming the key (rredcot.planning.vllm_memory; tests/unit/test_vllm_memory.py has the
     arithmetic)."""
     bin_dir, _ = no_slurm_clients
     overlay = tmp_path / "long.yaml"
@@ -425,7 +425,7 @@ def test_a_micro_batch_too_large_for_one_gpu_stops_at_load_time(
     tmp_path: Path, no_slurm_clients: tuple[Path, Path]
 ) -> None:
     """8 rows of 25k tokens a micro-batch of Qwen3-4B (~109 GB by the memory planner) on an
-    80 GB GPU: refused before any job, naming the key (rredcot.memory_plan;
+    80 GB GPU: refused before any job, naming the key (rredcot.planning.memory_plan;
     tests/unit/test_memory_plan.py has the arithmetic)."""
     bin_dir, _ = no_slurm_clients
     overlay = tmp_path / "large.yaml"

@@ -544,7 +544,7 @@ def test_a_run_logs_its_expected_time_before_its_first_job(
     """Two cheap jobs, the world and the study pool that waits for it, priced against a made-up
     snapshot of a smoke run: the line comes before the first job and its wall time is their
     chain's (not the longer job's alone); a dry run (which never calibrates) logs none."""
-    from rredcot import timing
+    from rredcot.planning import timing
 
     snapshot = tmp_path / "snapshots" / "fake"
     snapshot.mkdir(parents=True)

@@ -409,7 +409,7 @@ import sys
 import yaml
 from snakemake.utils import update_config
 
-from rredcot import memory_plan, vllm_memory
+from rredcot.planning import memory_plan, vllm_memory
 from rredcot.config import validate_config
 from rredcot.workflow.run_params import run_settings
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from test_summary import write_benchmark, write_tables
 
+from rredcot.planning.timing import calibration_workload
 from rredcot.reporting.snapshot import (
     machine_slug,
     mismatches,
@@ -17,7 +18,6 @@ from rredcot.reporting.snapshot import (
     take_snapshot,
 )
 from rredcot.reporting.summary import TABLES, JobTimes, read_tables, render_summary, summary_values
-from rredcot.timing import calibration_workload
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "docs" / "snapshots"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rredcot.machine import cpu_model, machine_info, machine_label, machines_of
+from rredcot.planning.machine import cpu_model, machine_info, machine_label, machines_of
 from rredcot.reporting.machines import machine_spread
 
 CPUINFO = """processor\t: 0

@@ -16,15 +16,15 @@ import torch
 from test_methods import make_batch  # the hand-made TRL batch of the method tests
 from test_rredcot_estimator import ARCH  # 2 layers, GQA, scores that depend on context
 
-import rredcot.memory_plan as memory_plan
+import rredcot.planning.memory_plan as memory_plan
 import rredcot.scoring.chunks as chunks_module
 import rredcot.scoring.logprobs as logprobs_module
 import rredcot.scoring.packed as packed_module
 import rredcot.scoring.passes as passes_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
 from rredcot.credit.traces import Trace
-from rredcot.memory_plan import ModelShape, advice, credit_phases, rule_phases
 from rredcot.models.tiny import build_tiny_model
+from rredcot.planning.memory_plan import ModelShape, advice, credit_phases, rule_phases
 from rredcot.scoring.chunks import (
     ChunkedEncoding,
     encode_within_budget,

@@ -1,5 +1,5 @@
 """The memory planner on configs: the load-time refusal of a GPU run that does not fit one GPU,
-and every shipped config fitting (rredcot.memory_plan; the credit estimate against measured
+and every shipped config fitting (rredcot.planning.memory_plan; the credit estimate against measured
 peaks is tests/unit/test_memory.py and bench/check_memory_plan.py)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from rredcot import memory_plan
 from rredcot.config import validate_config
-from rredcot.vllm_memory import QWEN3_4B_SHAPE
+from rredcot.planning import memory_plan
+from rredcot.planning.vllm_memory import QWEN3_4B_SHAPE
 from rredcot.workflow.run_params import run_settings
 
 REPO = Path(__file__).resolve().parents[2]

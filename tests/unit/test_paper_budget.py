@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rredcot.vllm_memory import KNOWN_CONFIGS
+from rredcot.planning.vllm_memory import KNOWN_CONFIGS
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("paper_budget", REPO / "scripts/paper_budget.py")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rredcot.prompt_budget import check_generation_prompts, prompt_tokens
+from rredcot.planning.prompt_budget import check_generation_prompts, prompt_tokens
 
 
 class WordTokenizer:

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from test_summary import write_benchmark
 
-from rredcot import timing
-from rredcot.timing import JobTime, estimate
+from rredcot.planning import timing
+from rredcot.planning.timing import JobTime, estimate
 
 REPO = Path(__file__).resolve().parents[2]
 

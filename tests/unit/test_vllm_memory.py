@@ -11,7 +11,7 @@ import yaml
 from snakemake.utils import update_config
 
 from rredcot.config import validate_config
-from rredcot.vllm_memory import (
+from rredcot.planning.vllm_memory import (
     KNOWN_MODELS,
     config_errors,
     context_errors,

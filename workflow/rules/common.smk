@@ -25,7 +25,7 @@ from rredcot.config import (
 from rredcot.configfiles import swallowed_target_error  # noqa: E402
 from rredcot.data.registry import KNOWN_BENCHMARKS, KNOWN_TRAINING_SETS  # noqa: E402
 from rredcot.reporting.captions import CAPTIONS  # noqa: E402
-from rredcot.timing import check_benchmark_paths  # noqa: E402
+from rredcot.planning.timing import check_benchmark_paths  # noqa: E402
 from rredcot.workflow.run_params import budget_pairs, placebo_pairs  # noqa: E402
 from rredcot.workflow import (  # noqa: E402
     checks,

@@ -1,5 +1,5 @@
-# The expected time of a run (rredcot.workflow.expected_time, rredcot.timing): the measured job
-# times of a snapshot of a run of the same config files (docs/snapshots/, or $RREDCOT_SNAPSHOTS:
+# The expected time of a run (rredcot.workflow.expected_time, rredcot.planning.timing): the measured
+# job times of a snapshot of a run of the same config files (docs/snapshots/, or $RREDCOT_SNAPSHOTS:
 # one's own snapshots), scaled to this machine by a short calibration. Included after every rule,
 # whose benchmark paths it reads.
 

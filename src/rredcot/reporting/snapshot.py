@@ -8,8 +8,8 @@ slug) and the key of `rredcot.reporting.summary.summary_values`:
 `take_snapshot` copies the run's SUMMARY.md and the tables it read into
 `docs/snapshots/<machine-slug>/` with `values.json` (every key and value), `job_times.csv` (each
 job's wall and CPU seconds) and `timing.json` (the machine's calibration and the run's config
-files), which price later runs of the same config (`rredcot.timing`); `mismatches` lists every
-marked number that differs from its snapshot, or names a snapshot that does not exist.
+files), which price later runs of the same config (`rredcot.planning.timing`); `mismatches` lists
+every marked number that differs from its snapshot, or names a snapshot that does not exist.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rredcot import timing
+from rredcot.planning import timing
 from rredcot.reporting.summary import TABLES, job_times, read_tables, summary_values
 
 MARK = re.compile(
@@ -40,8 +40,8 @@ class Stated:
 
 
 def machine_slug(machine: str) -> str:
-    """A directory name for a machine label (`rredcot.machine.machine_label`): its CPU model and
-    torch's CPU capability, lower-case, runs of other characters as one hyphen."""
+    """A directory name for a machine label (`rredcot.planning.machine.machine_label`): its CPU
+    model and torch's CPU capability, lower-case, runs of other characters as one hyphen."""
     parts = [p.strip() for p in machine.split(";")]
     capability = parts[1].split()[-1] if len(parts) > 1 and parts[1].startswith("torch") else ""
     return re.sub(r"[^a-z0-9]+", "-", f"{parts[0]} {capability}".lower()).strip("-") or "unknown"
@@ -63,13 +63,13 @@ def summary_configfiles(text: str, path: Path) -> list[str]:
 def calibrate_on(machine: str) -> float:
     """`timing.calibrate()` here, refused unless this is the machine class the summary names (a
     calibration of another machine would misprice every later run)."""
-    from rredcot.machine import machine_info, machine_label
+    from rredcot.planning.machine import machine_info, machine_label
 
     here = machine_label(machine_info())
     if machine_slug(here) != machine_slug(machine):
         raise ValueError(
             f"the run ran on {machine!r}, this is {here!r}: take the snapshot on the run's "
-            "machine, or give its calibration (`python -m rredcot.timing` there)"
+            "machine, or give its calibration (`python -m rredcot.planning.timing` there)"
         )
     return timing.calibrate()
 

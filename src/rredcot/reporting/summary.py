@@ -21,10 +21,10 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.data.schema import read_json, read_table
+from rredcot.planning.timing import benchmark_jobs
 from rredcot.reporting.numbers import duration, interval, markdown_table, plain, signed
 from rredcot.reporting.summary_tables import MINUS, NO_ROWS, REGIME_FIGURES, TABLES
 from rredcot.studies import families
-from rredcot.timing import benchmark_jobs
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class JobTimes:
 
 def job_times(benchmarks: Path, exclude: Path | None = None) -> JobTimes:
     """Sum every `*.tsv` benchmark file under `benchmarks` but `exclude` (the summary's own, from
-    an earlier run of it), as `rredcot.timing.benchmark_jobs` reads them."""
+    an earlier run of it), as `rredcot.planning.timing.benchmark_jobs` reads them."""
     jobs = benchmark_jobs(benchmarks, exclude)
     return JobTimes(
         jobs=len(jobs),

@@ -1,7 +1,7 @@
 """Which traces share a chunk of the encoding under a memory budget (`rredcot.scoring.chunks`).
 
-Plain arithmetic on lengths, without torch: the memory planner (`rredcot.memory_plan`) sizes
-the credit's chunks with it while the workflow builds the DAG, and the scorer cuts its traces
+Plain arithmetic on lengths, without torch: the memory planner (`rredcot.planning.memory_plan`)
+sizes the credit's chunks with it while the workflow builds the DAG, and the scorer cuts its traces
 with the same plan.
 """
 

@@ -9,7 +9,7 @@ import polars as pl
 from rredcot.data.schema import read_parquet
 from rredcot.generation import SamplingParams, backend_from_settings
 from rredcot.models.loading import load_tokenizer
-from rredcot.prompt_budget import check_generation_prompts
+from rredcot.planning.prompt_budget import check_generation_prompts
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.tasks import get_task
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from rredcot.data.schema import read_json, read_table
-from rredcot.machine import machines_by_run_name, with_machine_column
+from rredcot.planning.machine import machines_by_run_name, with_machine_column
 from rredcot.reporting.curves import (
     comparison_mapping,
     learning_curves,

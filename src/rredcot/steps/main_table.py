@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rredcot.data.schema import read_json, read_table
-from rredcot.machine import machines_by_run_name, machines_of, with_machine_column
+from rredcot.planning.machine import machines_by_run_name, machines_of, with_machine_column
 from rredcot.reporting.training import main_table
 from rredcot.steps.cli import log, parser, setup
 

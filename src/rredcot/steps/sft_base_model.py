@@ -7,11 +7,11 @@ from pathlib import Path
 
 from rredcot.data.schema import read_parquet
 from rredcot.data.synthetic import check_response
-from rredcot.machine import machine_info
 from rredcot.models.sft import demonstrations, heldout_demonstrations, run_sft
 from rredcot.models.sft_settings import sft_block
 from rredcot.models.tiny import build_tiny_model, count_parameters
 from rredcot.models.tokenizer import build_byte_tokenizer
+from rredcot.planning.machine import machine_info
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.tasks import get_task
 

@@ -205,7 +205,7 @@ def write_estimates(estimates: pl.DataFrame, out: Path, what: str, step: str) ->
     """Write a long estimate table and log its mean forward tokens and total seconds per
     estimator. The file's metadata names the step that measured its seconds and the machine
     it ran on (`estimate_sources`)."""
-    from rredcot.machine import machine_info, machine_label
+    from rredcot.planning.machine import machine_info, machine_label
 
     out.parent.mkdir(parents=True, exist_ok=True)
     estimates.write_parquet(out, metadata={"step": step, "machine": machine_label(machine_info())})

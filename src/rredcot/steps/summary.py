@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rredcot.machine import machine_info, machine_label
+from rredcot.planning.machine import machine_info, machine_label
 from rredcot.reporting.captions import write_caption_fragments
 from rredcot.reporting.summary import (
     TABLES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rredcot.data.schema import read_json
-from rredcot.machine import machines_by_run_name, with_machine_column
+from rredcot.planning.machine import machines_by_run_name, with_machine_column
 from rredcot.reporting.training import compute_cost, plot_training_curves, training_curves
 from rredcot.steps.cli import log, parser, setup
 

@@ -45,9 +45,9 @@ from trl.distributed import DistributedBackend
 
 from rredcot.data.misconceptions import rule_applies, rule_share_selection
 from rredcot.data.programs import Program
-from rredcot.machine import machine_info
 from rredcot.method_registry import method_spec
-from rredcot.prompt_budget import over_budget, prompt_tokens
+from rredcot.planning.machine import machine_info
+from rredcot.planning.prompt_budget import over_budget, prompt_tokens
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve

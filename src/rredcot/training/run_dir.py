@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from transformers import PreTrainedModel
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from rredcot.machine import machine_info
+from rredcot.planning.machine import machine_info
 from rredcot.training.settings import TrainingSettings
 
 log = logging.getLogger(__name__)

@@ -149,8 +149,8 @@ class TrainingSettings:
     """Longest prompt the vLLM context is sized for (`vllm_max_model_length` None)."""
     vllm_max_model_length: int | None = None
     """vLLM context (TRL's `vllm_max_model_length`); None: derived from the lengths
-    (`rredcot.vllm_memory.training_length`), so vLLM never sizes its cache for the model's whole
-    context."""
+    (`rredcot.planning.vllm_memory.training_length`), so vLLM never sizes its cache for the model's
+    whole context."""
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
     """Segmentation of responses (METHOD.md §2); rredcot and mc."""
     credit: CreditConfig = field(default_factory=CreditConfig)

@@ -17,12 +17,12 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from rredcot.method_registry import method_spec
+from rredcot.planning.vllm_memory import dims_from_config, kv_cache_error, training_length
 from rredcot.training.methods import METHODS
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.settings_checks import device_error, process_layout
 from rredcot.trl import ESTIMATOR_EXTRAS, ESTIMATORS, RREDCoTConfig
 from rredcot.trl_support import checkpointing_argument
-from rredcot.vllm_memory import dims_from_config, kv_cache_error, training_length
 
 log = logging.getLogger(__name__)
 

@@ -85,7 +85,7 @@ def check_training_runs(config: Config, base_model: str = BASE_MODEL) -> None:
     run's estimator sampling suffixes for another value than ref_suffix_sum. (Whether a process
     holds whole groups is left to the job: it needs the method classes.) Then the runs'
     vLLM contexts and GPU memory, by the planners (the model's shape from `base_model`'s
-    config.json once fetched, else rredcot.vllm_memory.KNOWN_MODELS)."""
+    config.json once fetched, else rredcot.planning.vllm_memory.KNOWN_MODELS)."""
     seed = config["training"]["seeds"][0]
     runs = {}
     for name in training_methods(config):
@@ -108,8 +108,8 @@ def check_training_runs(config: Config, base_model: str = BASE_MODEL) -> None:
                 f"config key '{key}' (run {name}: training with its per_method and variant "
                 f"overrides): {what}"
             )
-    from rredcot import memory_plan
-    from rredcot.vllm_memory import config_errors
+    from rredcot.planning import memory_plan
+    from rredcot.planning.vllm_memory import config_errors
 
     # A vLLM context must hold its jobs' prompts and budgets, and one full-length sequence must
     # fit its memory share.
@@ -120,7 +120,7 @@ def check_training_runs(config: Config, base_model: str = BASE_MODEL) -> None:
     # planner (scripts/memory_plan.py prints its phases; docs/memory.md).
     memory = memory_plan.config_errors(config, runs, base_model)
     if memory:
-        raise ConfigError("\n  - ".join(["GPU memory (rredcot.memory_plan):", *memory]))
+        raise ConfigError("\n  - ".join(["GPU memory (rredcot.planning.memory_plan):", *memory]))
 
 
 def check_curve_split(config: Config) -> None:

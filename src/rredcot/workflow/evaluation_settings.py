@@ -18,8 +18,8 @@ def uses_vllm_block(config: Config, generates: bool) -> bool:
 def generation_backend(config: Config) -> dict[str, Any]:
     """The settings a generating step needs to build its backend (`evaluation` block; its
     `vllm` block under backend vllm only, max_model_len from the config's lengths when null:
-    rredcot.vllm_memory)."""
-    from rredcot.vllm_memory import generation_engine
+    rredcot.planning.vllm_memory)."""
+    from rredcot.planning.vllm_memory import generation_engine
 
     ev = config["evaluation"]
     return {

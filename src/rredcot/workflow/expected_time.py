@@ -1,6 +1,6 @@
-"""The expected time a run logs before its first job (rredcot.timing): the measured job times of
-a snapshot of a run of the same config files (docs/snapshots/, or $RREDCOT_SNAPSHOTS: one's own
-snapshots), scaled to this machine by a short calibration.
+"""The expected time a run logs before its first job (rredcot.planning.timing): the measured job
+times of a snapshot of a run of the same config files (docs/snapshots/, or $RREDCOT_SNAPSHOTS: one's
+own snapshots), scaled to this machine by a short calibration.
 
 The jobs come from the DAG Snakemake built; this module reads of them only their rule's name,
 their benchmark file and what each waits for, handed in as callables, so it is tested without
@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rredcot import timing
+from rredcot.planning import timing
 
 CLUSTER_LINE = (
     "expected time: not estimated under a cluster executor (jobs run on other machines "
@@ -40,9 +40,10 @@ def configfiles_given(basedir: Path, configfiles: Iterable[str | Path]) -> list[
 def priced_jobs(
     jobs: Iterable[Any], dependencies: Callable[[Any], Iterable[Hashable]]
 ) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
-    """The jobs with a benchmark file as (rule, key) pairs (`rredcot.timing.benchmark_key`), and
-    by key the keys of the jobs each waits for. A job is anything with `.benchmark` (None for
-    none) and `.rule.name`; `dependencies(job)` are the jobs it waits for."""
+    """The jobs with a benchmark file as (rule, key) pairs
+    (`rredcot.planning.timing.benchmark_key`), and by key the keys of the jobs each waits for. A job
+    is anything with `.benchmark` (None for none) and `.rule.name`; `dependencies(job)` are the jobs
+    it waits for."""
     keys = {job: timing.benchmark_key(job.benchmark) for job in jobs if job.benchmark is not None}
     after = {key: [keys[d] for d in dependencies(job) if d in keys] for job, key in keys.items()}
     return [(job.rule.name, key) for job, key in keys.items()], after

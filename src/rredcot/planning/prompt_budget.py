@@ -1,8 +1,8 @@
 """Prompts against the token budget a vLLM context is sized for (issue 46, item 5).
 
 The engines' contexts are derived from the config's prompt budgets (`training.max_prompt_tokens`,
-`evaluation.max_prompt_tokens`; `rredcot.vllm_memory`), so a longer prompt would overflow the
-context in the middle of a run. Training leaves such a problem out for every method alike (named
+`evaluation.max_prompt_tokens`; `rredcot.planning.vllm_memory`), so a longer prompt would overflow
+the context in the middle of a run. Training leaves such a problem out for every method alike (named
 and counted, as a problem without a reference is); a generating job refuses it before it loads
 the engine, naming the problems and the key that makes room.
 """

@@ -134,9 +134,9 @@ def shape_from_hf(cfg: Mapping[str, Any], bytes_per_value: int = 2) -> ModelShap
 def shape_of(config: Mapping[str, Any], local: str | Path | None = None) -> ModelShape | None:
     """The shape of `model` in a config: `local`/config.json or `model.name_or_path`/config.json
     when on disk (None when it lacks a field the planner reads), else a known Hub model
-    (`rredcot.vllm_memory.KNOWN_CONFIGS`), else the tiny model of `model.arch` (byte
+    (`rredcot.planning.vllm_memory.KNOWN_CONFIGS`), else the tiny model of `model.arch` (byte
     vocabulary) when name_or_path is null; None otherwise."""
-    from rredcot.vllm_memory import KNOWN_CONFIGS
+    from rredcot.planning.vllm_memory import KNOWN_CONFIGS
 
     model = config.get("model", {})
     size = 4 if model.get("dtype", "float32") == "float32" else 2

@@ -81,7 +81,7 @@ def calibrate_in_subprocess(src: str | Path, timeout: float = 300.0) -> float:
     RuntimeError with the child's last line when it fails."""
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "rredcot.timing"],
+        [sys.executable, "-m", "rredcot.planning.timing"],
         capture_output=True,
         text=True,
         env=env,

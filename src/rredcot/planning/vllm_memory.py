@@ -7,7 +7,7 @@ lengths (`training_length`, `generation_length`), and the Snakefile refuses, bef
 length whose one-sequence KV cache and weights exceed the share (`kv_cache_error`), or a length
 set in the config below what its prompts and longest budget need (`short_context_error`), naming
 the key to change. A job then refuses a prompt longer than the room its context leaves
-(`rredcot.prompt_budget`). Torch-free: the Snakefile imports it at load time.
+(`rredcot.planning.prompt_budget`). Torch-free: the Snakefile imports it at load time.
 
 Model dimensions come from the model's config.json when it is on disk, else from `KNOWN_MODELS`
 (the paper's models, copied from their config.json on the Hub; no download here).

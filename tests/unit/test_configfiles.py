@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rredcot.configfiles import swallowed_target_error
+from rredcot.workflow.configfiles import swallowed_target_error
 
 
 @pytest.mark.parametrize(

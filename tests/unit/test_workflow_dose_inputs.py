@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from workflow_configs import SCHEMA, workflow_config
 
-from rredcot.doses import DOSE_FIGURE, DOSE_TABLE, dose_configs
 from rredcot.workflow import dose_inputs
+from rredcot.workflow.dose_response import DOSE_FIGURE, DOSE_TABLE, dose_configs
 from rredcot.workflow.paths import REGIME_TABLE
 
 

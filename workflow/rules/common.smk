@@ -22,7 +22,7 @@ from rredcot.config import (
     resource_overrides,
     validate_config,
 )  # noqa: E402
-from rredcot.configfiles import swallowed_target_error  # noqa: E402
+from rredcot.workflow.configfiles import swallowed_target_error  # noqa: E402
 from rredcot.data.registry import KNOWN_BENCHMARKS, KNOWN_TRAINING_SETS  # noqa: E402
 from rredcot.reporting.captions import CAPTIONS  # noqa: E402
 from rredcot.planning.timing import check_benchmark_paths  # noqa: E402

@@ -1,8 +1,8 @@
-# The doses of a dose-response (config key `doses`; rredcot.doses) and the input functions and
-# targets of its table (rredcot.workflow.dose_inputs), for workflow/rules/doses.smk, which loads
-# the workflow once per dose.
+# The doses of a dose-response (config key `doses`; rredcot.workflow.dose_response) and the input
+# functions and targets of its table (rredcot.workflow.dose_inputs), for workflow/rules/doses.smk,
+# which loads the workflow once per dose.
 
-from rredcot.doses import DOSE_FIGURE, DOSE_TABLE, dose_configs
+from rredcot.workflow.dose_response import DOSE_FIGURE, DOSE_TABLE, dose_configs
 from rredcot.workflow import dose_inputs
 
 DOSES = dose_configs(config, CONFIG_SCHEMA)

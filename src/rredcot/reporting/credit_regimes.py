@@ -1,7 +1,7 @@
 """The dose-response of credit's value (results/credit_regimes.csv,
 results/figures/credit_regimes.png): each dose's gain over GRPO, per method, side by side.
 
-Every dose ran the whole workflow in a directory of its own (`rredcot.doses`); its
+Every dose ran the whole workflow in a directory of its own (`rredcot.workflow.dose_response`); its
 `method_comparison.csv` (`rredcot.reporting.curves.method_comparison`) holds the paired
 comparisons. Per dose and method (GRPO excluded), two rows are taken from it, both pooled over
 seeds against GRPO:

@@ -1,13 +1,13 @@
 """The dose-response's own inputs and targets (config key `doses`): the workflow runs once per
-dose (`rredcot.doses.Dose`), each in a directory of its own, and the dose-response table reads
-what every dose wrote."""
+dose (`rredcot.workflow.dose_response.Dose`), each in a directory of its own, and the dose-response
+table reads what every dose wrote."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rredcot.doses import DOSE_FIGURE, DOSE_TABLE, Dose, share_world
 from rredcot.workflow import Config
+from rredcot.workflow.dose_response import DOSE_FIGURE, DOSE_TABLE, Dose, share_world
 from rredcot.workflow.paths import REGIME_TABLE, SUMMARY
 from rredcot.workflow.problem_sets import world_tables
 

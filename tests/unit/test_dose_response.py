@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from rredcot.config import ConfigError, load_schema, validate_config
-from rredcot.doses import Dose, dose_configs, merge, share_world
+from rredcot.workflow.dose_response import Dose, dose_configs, merge, share_world
 
 
 @pytest.fixture(scope="module")

@@ -34,13 +34,13 @@ import torch
 from transformers import TrainerCallback
 
 from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world
-from rredcot.method_registry import RESET_METHODS
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.models.sft import SFTSettings, run_sft
 from rredcot.models.tiny import DEFAULT_TINY_ARCH, build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.tasks import get_task
 from rredcot.training import TrainingSettings, train_policy
+from rredcot.training.method_registry import RESET_METHODS
 
 
 def quick_base(out: Path, train_table, sft_steps: int) -> Path:

@@ -5,7 +5,7 @@ checks); a part that cannot run here is a row marked `skipped` or `cannot` with 
 reason, never a crash:
 
 - **packages**, **device**: the versions this run uses (the lent GPU machine's own, older
-  transformers included: `rredcot.trl_support.checkpointing_argument` picks the keyword its
+  transformers included: `rredcot.training.trl_support.checkpointing_argument` picks the keyword its
   TrainingArguments has) and the device's real memory (what vLLM's share is a share of);
 - **sdpa ...**: PyTorch's memory-efficient attention kernel at the paper's mask shapes (the
   padded training micro-batch, 2 rows of P + T = 512 + 25,000 tokens with its (rows, 1, L, L)
@@ -104,7 +104,7 @@ def missing_packages() -> list[str]:
 
 def package_rows(device: str) -> list[Row]:
     """Versions, the checkpointing keyword this transformers takes, and the device."""
-    from rredcot.trl_support import checkpointing_argument
+    from rredcot.training.trl_support import checkpointing_argument
 
     found = []
     for name in (*PACKAGES, *OPTIONAL):

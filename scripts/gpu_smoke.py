@@ -36,10 +36,10 @@ from bench_training import quick_base, step_times  # noqa: E402 (bench/ is not a
 
 from rredcot.data.synthetic import SplitSpec, WorldConfig, make_world  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
-from rredcot.method_registry import RESET_METHODS  # noqa: E402
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
 from rredcot.tasks import get_task  # noqa: E402
 from rredcot.training import METHODS, TrainingSettings, train_policy  # noqa: E402
+from rredcot.training.method_registry import RESET_METHODS  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -86,10 +86,10 @@ def _parsed(path: Path, mtime_ns: int) -> dict[str, Any]:
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """The config schema, with the parts that list training methods filled in from
-    `rredcot.method_registry` (the one list of methods) and those that list segmentation
+    `rredcot.training.method_registry` (the one list of methods) and those that list segmentation
     strategies and keys from `rredcot.segmentation`; the YAML leaves those places open."""
-    from rredcot.method_registry import schema_fragments
     from rredcot.segmentation import schema_fragments as segmentation_fragments
+    from rredcot.training.method_registry import schema_fragments
 
     path = Path(path)
     schema = copy.deepcopy(_parsed(path, path.stat().st_mtime_ns))
@@ -237,7 +237,7 @@ def _extra_seed_errors(training: Mapping[str, Any]) -> list[str]:
     and gives the baseline (`training.baseline`, every run's comparison partner in
     results/method_comparison.csv) every seed any other run has; the baseline is a method or
     variant name."""
-    from rredcot.method_registry import METHOD_SPECS
+    from rredcot.training.method_registry import METHOD_SPECS
 
     runs = [*training["methods"], *(v["name"] for v in training["variants"])]
     baseline = training["baseline"]

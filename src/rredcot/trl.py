@@ -16,7 +16,7 @@ has none, the task's extraction from the reference: the last `\\boxed{}` for mat
 reference is written as U* ⊕ A ⊕ y* ⊕ close (`rredcot.references.compose_reference`) and taken as
 given: this path does not verify it.
 
-The TRL version is checked when this module is imported (`rredcot.trl_support`).
+The TRL version is checked when this module is imported (`rredcot.training.trl_support`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rredcot.trl_support import check_trl_version
+from rredcot.training.trl_support import check_trl_version
 
 check_trl_version()
 
@@ -40,11 +40,11 @@ from rredcot.credit.advantages import CreditConfig  # noqa: E402
 from rredcot.credit.bayes import OPPOConfig  # noqa: E402
 from rredcot.credit.mc import MCConfig  # noqa: E402
 from rredcot.credit.rredcot_config import RREDCoTConfig as EstimatorConfig  # noqa: E402
-from rredcot.method_registry import METHOD_SPECS  # noqa: E402
 from rredcot.references import compose_reference  # noqa: E402
 from rredcot.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.tasks import TASK_NAMES, get_task  # noqa: E402
 from rredcot.tasks.base import Grade  # noqa: E402
+from rredcot.training.method_registry import METHOD_SPECS  # noqa: E402
 from rredcot.training.method_settings import MethodSettings, build_method  # noqa: E402
 from rredcot.training.methods import (  # noqa: E402
     METHODS,

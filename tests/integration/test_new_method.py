@@ -1,4 +1,4 @@
-"""The recipe for a new method (docs/method/adding_a_method.md, `rredcot.method_registry`)
+"""The recipe for a new method (docs/method/adding_a_method.md, `rredcot.training.method_registry`)
 holds: one module and one `MethodSpec` entry are all it takes for the config check, the schema,
 the planners and the DAG to accept it. The test writes both into a copy of the repository and
 dry-runs the smoke DAG with the new method beside GRPO."""
@@ -66,7 +66,7 @@ def test_a_new_method_is_one_module_and_one_spec(repo, tmp_path, run_snakemake, 
     copy = _copy_repo(repo, tmp_path / "repo")
     methods = copy / "src" / "rredcot" / "training" / "methods"
     (methods / "toy.py").write_text(TOY)
-    registry = copy / "src" / "rredcot" / "method_registry.py"
+    registry = copy / "src" / "rredcot" / "training" / "method_registry.py"
     text = registry.read_text()
     anchor = '        MethodSpec(\n            "oracle_step",'
     assert anchor in text, "the registry's layout changed: update this test's anchor"

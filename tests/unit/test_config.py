@@ -129,7 +129,7 @@ def test_per_method_keys_are_the_training_keys_that_apply(schema):
 def test_the_schema_lists_the_registrys_methods(repo, schema):
     """The method names in the schema (methods, variants, per_method) are the registry's, in
     its order, and a variant may not take a method's name or `base`."""
-    from rredcot.method_registry import METHOD_SPECS, SHARED_RUN_KEYS
+    from rredcot.training.method_registry import METHOD_SPECS, SHARED_RUN_KEYS
     from rredcot.training.methods import METHODS
 
     names = list(METHOD_SPECS)

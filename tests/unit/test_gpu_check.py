@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rredcot import trl_support
 from rredcot.steps.train_policy import CUDA_ALLOC_CONF, set_cuda_allocator
-from rredcot.training import TrainingSettings, trl_config
+from rredcot.training import TrainingSettings, trl_config, trl_support
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,11 +19,11 @@ from safetensors.torch import load_file
 from test_trainer import ARCH, loss_and_grads  # the tiny policy and TRL's loss on a batch
 from trl import GRPOConfig, GRPOTrainer
 
-import rredcot.trl_support
+import rredcot.training.trl_support
 from rredcot import RREDCoTConfig, RREDCoTTrainer
-from rredcot.method_registry import METHOD_SPECS
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_chat_tokenizer
+from rredcot.training.method_registry import METHOD_SPECS
 from rredcot.trl import ESTIMATORS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -230,12 +230,12 @@ def test_the_defaults_are_the_workflows_for_math_reasoning_traces():
 
 
 def test_an_unsupported_trl_version_fails_at_import_naming_both_versions(monkeypatch):
-    monkeypatch.setattr(rredcot.trl_support, "installed_trl_version", lambda: "0.19.1")
+    monkeypatch.setattr(rredcot.training.trl_support, "installed_trl_version", lambda: "0.19.1")
     monkeypatch.delitem(sys.modules, "rredcot.trl")  # restored afterwards
     with pytest.raises(ImportError) as err:
         importlib.import_module("rredcot.trl")
     assert "0.19.1" in str(err.value)
-    assert rredcot.trl_support.SUPPORTED_TRL in str(err.value)
+    assert rredcot.training.trl_support.SUPPORTED_TRL in str(err.value)
 
 
 def test_the_package_root_stays_free_of_torch():

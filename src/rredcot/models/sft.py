@@ -26,7 +26,7 @@ from rredcot.data.misconceptions import Misconception
 from rredcot.data.synthetic import Program, choice_points, slipped_solution
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.tasks.base import Task
-from rredcot.trl_support import checkpointing_argument
+from rredcot.training.trl_support import checkpointing_argument
 
 log = logging.getLogger(__name__)
 

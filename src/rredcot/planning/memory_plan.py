@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rredcot.method_registry import method_spec
 from rredcot.segmentation import SegmentationConfig
+from rredcot.training.method_registry import method_spec
 
 ENCODE_CHUNK = 256  # rredcot.scoring.encoding.ENCODE_CHUNK (kept equal by a test)
 CHUNK_ELEMENTS = 1 << 25  # rredcot.scoring.logprobs._MAX_CHUNK_ELEMENTS

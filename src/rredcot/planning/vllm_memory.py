@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rredcot.method_registry import method_spec
+from rredcot.training.method_registry import method_spec
 
 DTYPE_BYTES: Mapping[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 GB = 1e9

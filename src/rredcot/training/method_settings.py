@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from rredcot.method_registry import method_spec
+from rredcot.training.method_registry import method_spec
 from rredcot.training.methods import METHODS, Method
 from rredcot.training.settings import TrainingSettings
 

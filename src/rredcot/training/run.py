@@ -45,13 +45,13 @@ from trl.distributed import DistributedBackend
 
 from rredcot.data.misconceptions import rule_applies, rule_share_selection
 from rredcot.data.programs import Program
-from rredcot.method_registry import method_spec
 from rredcot.planning.machine import machine_info
 from rredcot.planning.prompt_budget import over_budget, prompt_tokens
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.lora import exact_unmerge, save_final
+from rredcot.training.method_registry import method_spec
 from rredcot.training.metrics import MetricsCSV
 from rredcot.training.precision import UpdateCheck, check_master_weights
 from rredcot.training.run_dir import (

@@ -56,7 +56,7 @@ class TrainingSettings:
     """
 
     method: str = "grpo"
-    """One of `METHODS` (`rredcot.method_registry.METHOD_SPECS`)."""
+    """One of `METHODS` (`rredcot.training.method_registry.METHOD_SPECS`)."""
     seed: int = 0
     """Seed of data order, sampling and the MC rollouts."""
     task: str = "synthetic"

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rredcot.method_registry import RESET_METHODS, method_spec
+from rredcot.training.method_registry import RESET_METHODS, method_spec
 
 
 def _batch_words(updates: int) -> str:

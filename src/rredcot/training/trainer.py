@@ -50,7 +50,7 @@ from rredcot.scoring.packed import GenerationCache
 from rredcot.tasks.base import Task
 from rredcot.training.methods.base import Method, RolloutBatch
 from rredcot.training.padding_free import packs_rows, unpadded_token_logps
-from rredcot.trl_support import check_trl_version
+from rredcot.training.trl_support import check_trl_version
 
 check_trl_version()  # the overrides below are written against these TRL releases
 

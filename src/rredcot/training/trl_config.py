@@ -16,13 +16,13 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from rredcot.method_registry import method_spec
 from rredcot.planning.vllm_memory import dims_from_config, kv_cache_error, training_length
+from rredcot.training.method_registry import method_spec
 from rredcot.training.methods import METHODS
 from rredcot.training.settings import RunOptions, TrainingSettings
 from rredcot.training.settings_checks import device_error, process_layout
+from rredcot.training.trl_support import checkpointing_argument
 from rredcot.trl import ESTIMATOR_EXTRAS, ESTIMATORS, RREDCoTConfig
-from rredcot.trl_support import checkpointing_argument
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rredcot.method_registry import RESET_METHODS, method_spec
+from rredcot.training.method_registry import RESET_METHODS, method_spec
 from rredcot.workflow.recorded_settings import omit_unrecorded_defaults
 
 NOT_RUN_SETTINGS: tuple[str, ...] = (

@@ -1,7 +1,7 @@
 """Training methods by name: one short file each, all over the shared credit code.
 
 The list of methods, with what the workflow needs to know of each, is
-`rredcot.method_registry.METHOD_SPECS` (torch-free); `METHODS` maps each name to its class:
+`rredcot.training.method_registry.METHOD_SPECS` (torch-free); `METHODS` maps each name to its class:
 
     grpo         outcome advantage A_i on every token (TRL's GRPO)          methods/grpo.py
     rredcot      RREDCoT σ_{i,k} per segment → token advantages             methods/rredcot.py
@@ -14,14 +14,14 @@ The list of methods, with what the workflow needs to know of each, is
 
 A new method is a subclass of `Method` (a credit method: of `SegmentCreditMethod`, which turns
 its σ into token advantages) with a `from_settings` factory, in its own file, plus one
-`MethodSpec` in `rredcot.method_registry`.
+`MethodSpec` in `rredcot.training.method_registry`.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from rredcot.method_registry import METHOD_SPECS
+from rredcot.training.method_registry import METHOD_SPECS
 from rredcot.training.methods.base import (
     Method,
     MethodOutput,

@@ -52,10 +52,10 @@ from rredcot.credit.advantages import (  # noqa: E402
     token_advantages,
 )
 from rredcot.credit.rredcot_config import RREDCoTConfig  # noqa: E402
+from rredcot.credit.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.generation import SamplingParams, backend_from_settings  # noqa: E402
 from rredcot.generation.base import GenerationBackend  # noqa: E402
 from rredcot.models.loading import load_model, load_tokenizer  # noqa: E402
-from rredcot.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.studies.transform_rule import (  # noqa: E402
     choose_transform,
     cosine,

@@ -16,10 +16,9 @@ the same check when run without Snakemake.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +31,6 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "co
 
 class ConfigError(ValueError):
     """The config does not match its schema; the message lists every offending key."""
-
-
-def check_choices(block: str, settings: object, choices: Mapping[str, Collection[Any]]) -> None:
-    """Refuse a field of `settings` whose value is not among its allowed names, naming the
-    config key (`block`.field) and the names it may take."""
-    for name, allowed in choices.items():
-        value = getattr(settings, name)
-        if value not in allowed:
-            raise ValueError(
-                f"{block}.{name}: {value!r} is not allowed; choose one of {list(allowed)}"
-            )
-
-
-def check_known_keys(block: str, cls: type, mapping: Mapping[str, Any]) -> None:
-    """Refuse keys of `mapping` that are not fields of the dataclass `cls`, naming the config
-    block and every field it allows (the one check of every settings class's `from_dict`)."""
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(mapping) - set(allowed))
-    if unknown:
-        raise ValueError(f"unknown {block} key(s) {unknown}; allowed: {allowed}")
 
 
 def _with_defaults(cls: type) -> type:
@@ -87,8 +66,8 @@ def _parsed(path: Path, mtime_ns: int) -> dict[str, Any]:
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """The config schema, with the parts that list training methods filled in from
     `rredcot.training.method_registry` (the one list of methods) and those that list segmentation
-    strategies and keys from `rredcot.segmentation`; the YAML leaves those places open."""
-    from rredcot.segmentation import schema_fragments as segmentation_fragments
+    strategies and keys from `rredcot.credit.segmentation`; the YAML leaves those places open."""
+    from rredcot.credit.segmentation import schema_fragments as segmentation_fragments
     from rredcot.training.method_registry import schema_fragments
 
     path = Path(path)
@@ -349,11 +328,11 @@ def _joint_errors(config: Mapping[str, Any]) -> list[str]:
     (`SegmentationConfig`), the accuracy band's order, what SFT needs of the train split, and
     settings a component would ignore (a warm-up ratio under a constant schedule, `evaluation.vllm`
     keys that are no vLLM engine arguments)."""
+    from rredcot.credit.segmentation import study_segmentation
     from rredcot.data.synthetic import SplitSpec, check_depths, world_config
     from rredcot.generation import vllm_block_error
     from rredcot.models.arch import arch_fields
     from rredcot.models.sft_settings import sft_block
-    from rredcot.segmentation import study_segmentation
     from rredcot.training.settings_checks import warmup_error
 
     messages = []

@@ -13,8 +13,8 @@ text or conversational) and extra columns, which reach the reward functions as T
 RREDCoT reads each row's reference solution from `reference_column` (default `solution`, the
 NuminaMath-CoT / MATH layout) and its answer y* from `answer_column` (default `answer`; when a row
 has none, the task's extraction from the reference: the last `\\boxed{}` for math). The
-reference is written as U* ⊕ A ⊕ y* ⊕ close (`rredcot.references.compose_reference`) and taken as
-given: this path does not verify it.
+reference is written as U* ⊕ A ⊕ y* ⊕ close (`rredcot.credit.references.compose_reference`) and
+taken as given: this path does not verify it.
 
 The TRL version is checked when this module is imported (`rredcot.training.trl_support`).
 """
@@ -39,9 +39,9 @@ from trl.data_utils import maybe_apply_chat_template  # noqa: E402
 from rredcot.credit.advantages import CreditConfig  # noqa: E402
 from rredcot.credit.bayes import OPPOConfig  # noqa: E402
 from rredcot.credit.mc import MCConfig  # noqa: E402
+from rredcot.credit.references import compose_reference  # noqa: E402
 from rredcot.credit.rredcot_config import RREDCoTConfig as EstimatorConfig  # noqa: E402
-from rredcot.references import compose_reference  # noqa: E402
-from rredcot.segmentation import SegmentationConfig  # noqa: E402
+from rredcot.credit.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.tasks import TASK_NAMES, get_task  # noqa: E402
 from rredcot.tasks.base import Grade  # noqa: E402
 from rredcot.training.method_registry import METHOD_SPECS  # noqa: E402

@@ -149,9 +149,9 @@ def test_bayes_estimates_are_p_at_every_boundary_of_each_study_trace():
     reference in the prompt, as one-trace passes give them; p_0 = the study set's mean reward."""
     import polars as pl
 
+    from rredcot.credit.references import oracle_prompt
     from rredcot.models.tiny import build_tiny_model
     from rredcot.models.tokenizer import build_byte_tokenizer
-    from rredcot.references import oracle_prompt
     from rredcot.scoring import response_entropies
     from rredcot.studies.estimators import BAYES_NAME, ESTIMATE_SCHEMA, bayes_estimates
     from rredcot.tasks import get_task

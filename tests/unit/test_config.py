@@ -149,11 +149,11 @@ def test_the_schema_lists_the_registrys_methods(repo, schema):
 
 def test_the_schema_lists_the_segmentation_strategies_and_keys_of_the_code(repo, schema, default):
     """Strategies (the block's, the sweep's and its default: all) and the keys the studies may
-    override are `rredcot.segmentation`'s; the YAML lists none of them, so a new strategy or
+    override are `rredcot.credit.segmentation`'s; the YAML lists none of them, so a new strategy or
     key is allowed everywhere at once, and a key the block lacks is refused."""
     import dataclasses
 
-    from rredcot.segmentation import STRATEGIES, SegmentationConfig
+    from rredcot.credit.segmentation import STRATEGIES, SegmentationConfig
 
     strategies = list(STRATEGIES)
     keys = [f.name for f in dataclasses.fields(SegmentationConfig)]

@@ -313,9 +313,9 @@ def test_variant_estimates_score_each_form_in_its_own_pass():
     own segmentation and boundaries; the answer-now-only form runs fewer tokens than the
     configured one; K forms have K segments; the oracle reads the own-path reference; OPPO's
     token form has one credit per token."""
+    from rredcot.credit.segmentation import SegmentationConfig, keyword_boundaries
     from rredcot.models.tiny import build_tiny_model
     from rredcot.models.tokenizer import build_byte_tokenizer
-    from rredcot.segmentation import SegmentationConfig, keyword_boundaries
     from rredcot.studies.traces import token_texts
     from rredcot.studies.variants import variant_estimates
     from rredcot.tasks import get_task

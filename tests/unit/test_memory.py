@@ -22,6 +22,7 @@ import rredcot.scoring.logprobs as logprobs_module
 import rredcot.scoring.packed as packed_module
 import rredcot.scoring.passes as passes_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
+from rredcot.credit.segmentation import SegmentationConfig, keyword_boundaries
 from rredcot.credit.traces import Trace
 from rredcot.models.tiny import build_tiny_model
 from rredcot.planning.memory_plan import ModelShape, advice, credit_phases, rule_phases
@@ -35,7 +36,6 @@ from rredcot.scoring.encoding import ENCODE_CHUNK
 from rredcot.scoring.layout import SHARED_ROW_MAX, SHARED_ROW_TOKENS, default_row_tokens
 from rredcot.scoring.logprobs import position_ids_from_mask, response_entropies, token_logprobs
 from rredcot.scoring.packed import EncodedTraces, encode_traces
-from rredcot.segmentation import SegmentationConfig, keyword_boundaries
 from rredcot.tasks import get_task
 from rredcot.training.method_settings import build_method
 

@@ -13,13 +13,13 @@ from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.placebo import permute_within_traces
 from rredcot.credit.rredcot import RREDCoTConfig, rredcot_credit
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.synthetic import Program, Step
 from rredcot.generation.base import Completion
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring import response_entropies
 from rredcot.scoring.packed import encode_traces
-from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.training.method_settings import build_method
 from rredcot.training.methods import METHODS, RolloutBatch

@@ -19,10 +19,10 @@ import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 from datasets import Dataset
 
+from rredcot.credit.references import compose_reference
 from rredcot.data.schema import write_parquet
 from rredcot.models.loading import load_model, load_tokenizer
 from rredcot.models.tokenizer import CHATML, build_chat_tokenizer
-from rredcot.references import compose_reference
 from rredcot.tasks import get_task
 from rredcot.tasks.math import INSTRUCTION
 from rredcot.training import CreditGRPOTrainer, TrainingSettings, build_method, grpo_config

@@ -9,15 +9,15 @@ import polars as pl
 import pytest
 import torch
 
-from rredcot.data.synthetic import WorldConfig, generate_split
-from rredcot.generation import Completion, SamplingParams, derive_seed
-from rredcot.generation.hf import HFBackend
-from rredcot.references import (
+from rredcot.credit.references import (
     ReferenceReport,
     build_references,
     compose_reference,
     reference_reasoning,
 )
+from rredcot.data.synthetic import WorldConfig, generate_split
+from rredcot.generation import Completion, SamplingParams, derive_seed
+from rredcot.generation.hf import HFBackend
 from rredcot.tasks import get_task
 
 SYNTH = get_task("synthetic")
@@ -269,8 +269,8 @@ def test_the_oracle_prompt_puts_the_reference_before_the_tasks_prompt_end() -> N
     """O = "Reference solution:" ⊕ the reference text goes after the problem, before what the
     task writes after it (math: the instruction and the chat turn's end); a prompt written
     another way gets it appended."""
+    from rredcot.credit.references import ORACLE_HEADER, oracle_prompt
     from rredcot.models.tokenizer import build_chat_tokenizer
-    from rredcot.references import ORACLE_HEADER, oracle_prompt
 
     tokenizer, task = build_chat_tokenizer(), get_task("math")
     reference = compose_reference(task, "Add them: $2 + 3 = 5$.", "5")

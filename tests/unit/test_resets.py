@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rredcot.credit.advantages import per_group_advantages
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.generation.base import Completion
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
-from rredcot.segmentation import SegmentationConfig
 from rredcot.tasks import get_task
 from rredcot.tasks.base import Grade
 from rredcot.training import CreditGRPOTrainer, TrainingSettings, correctness_reward, grpo_config

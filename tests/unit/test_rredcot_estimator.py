@@ -38,12 +38,12 @@ from rredcot.credit.rredcot import (
     value_estimate,
 )
 from rredcot.credit.rredcot_queries import Columns
+from rredcot.credit.segmentation import keyword_boundaries
 from rredcot.credit.traces import SegmentedTrace
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring.logprobs import sequence_logprob_naive
 from rredcot.scoring.packed import encode_traces
-from rredcot.segmentation import keyword_boundaries
 from rredcot.tasks import get_task
 
 LOG = math.log

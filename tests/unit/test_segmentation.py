@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rredcot.segment_counts import MERGE_SCORES
-from rredcot.segmentation import (
+from rredcot.credit.segment_counts import MERGE_SCORES
+from rredcot.credit.segmentation import (
     DISCOURSE_MARKERS,
     STRATEGIES,
     SegmentationConfig,

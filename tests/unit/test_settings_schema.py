@@ -16,9 +16,9 @@ from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.misconceptions import Misconception
 from rredcot.models.sft_settings import SFTSettings
-from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods.resets import ResetConfig
 from rredcot.training.settings import TrainingSettings

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rredcot.credit.mc import TRUNCATION, mc_state_values
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.synthetic import (
     Program,
     SplitSpec,
@@ -33,7 +34,6 @@ from rredcot.generation import Completion, SamplingParams
 from rredcot.generation.hf import HFBackend
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.reporting import figures
-from rredcot.segmentation import SegmentationConfig
 from rredcot.studies import rollouts as rollouts_module
 from rredcot.studies.agreement import agreement_table, common_set, correlation_matrix
 from rredcot.studies.cost_match import cost_match

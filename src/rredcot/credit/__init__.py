@@ -2,7 +2,9 @@
 
 `rredcot` (the RREDCoT estimator) and `redistribution` (Φ -> h -> σ) are pure functions on
 tensors plus one model-facing entry point; `mc`, `attribution` and `advantages` hold the
-baselines and the credit-to-advantage step. Import the submodules for the full API.
+baselines and the credit-to-advantage step. What they read: `segmentation` (METHOD.md §2, with
+`segment_counts`) cuts a response into the segments they credit, `references` gives the
+reference solutions U* RREDCoT scores. Import the submodules for the full API.
 
 The names below load on first use (`rredcot.lazy_exports`): the workflow's config check builds
 the torch-free config blocks (`credit_config`, `rredcot_config`), and importing them must not

@@ -5,7 +5,7 @@ Li et al., arXiv:2605.21851 (May 2026). No public code; only the abstract was re
 choice below is an option of `OPPOConfig` (config block `training.oppo`) with a stated default.
 
 The policy scores each response token z_t twice: with and without the oracle text O (the
-reference solution, `rredcot.references.oracle_prompt`) in the prompt. If π(· | x ⊕ O) stands
+reference solution, `rredcot.credit.references.oracle_prompt`) in the prompt. If π(· | x ⊕ O) stands
 for π(· | x, success), Bayes' rule turns the likelihood ratio into an update of the belief that
 the response will succeed. Shapes: B rows, T response tokens (right-padded; `mask` (B, T) is 1
 on each row's first T_i tokens), states t = 0 … T (state t has seen t tokens):
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from rredcot.config import check_choices, check_known_keys
+from rredcot.block_checks import check_choices, check_known_keys
 from rredcot.credit.redistribution import terminal_credit
 
 LEVELS: tuple[str, ...] = ("token", "segment")

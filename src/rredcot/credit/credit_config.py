@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from rredcot.config import check_known_keys
+from rredcot.block_checks import check_known_keys
 
 CREDIT_MODES: tuple[str, ...] = ("immediate", "reward_to_go", "mixed")
 CENTERS: tuple[str, ...] = ("group", "none")

@@ -19,9 +19,10 @@ States are text: s_k is `prompt + response[:c_k]` with character boundaries c_k,
 generation backends take prompts as strings. With a byte-level tokenizer the re-tokenized state is
 exactly the original token prefix; with a BPE tokenizer the text round trip can merge tokens
 across the prompt/prefix seam differently from the sampled τ (the same string, another
-tokenization). `token_to_char_boundaries` turns the token boundaries of `rredcot.segmentation`
-into character offsets by decoding token-id prefixes with the tokenizer, which is exact for
-multi-byte characters (a byte tokenizer has 1 token per UTF-8 byte, not per character).
+tokenization). `token_to_char_boundaries` turns the token boundaries of
+`rredcot.credit.segmentation` into character offsets by decoding token-id prefixes with the
+tokenizer, which is exact for multi-byte characters (a byte tokenizer has 1 token per UTF-8 byte,
+not per character).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from typing import Any
 
 import torch
 
-from rredcot.config import check_known_keys
+from rredcot.block_checks import check_known_keys
 from rredcot.credit.redistribution import terminal_credit
+from rredcot.credit.segmentation import check_boundaries
 from rredcot.generation.base import Completion, GenerationBackend, SamplingParams
-from rredcot.segmentation import check_boundaries
 from rredcot.tasks.base import Grade, Task
 
 TRUNCATION: tuple[str, ...] = ("drop", "zero")

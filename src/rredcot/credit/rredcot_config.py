@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from rredcot.config import check_choices, check_known_keys
+from rredcot.block_checks import check_choices, check_known_keys
 from rredcot.credit.rredcot_names import RETURN_EQUIVALENCE, VALUE_VARIANT_NAMES
 from rredcot.scoring.layout_names import LAYOUTS
 

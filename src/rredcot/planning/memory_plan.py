@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rredcot.segmentation import SegmentationConfig
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.training.method_registry import method_spec
 
 ENCODE_CHUNK = 256  # rredcot.scoring.encoding.ENCODE_CHUNK (kept equal by a test)

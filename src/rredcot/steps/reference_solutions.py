@@ -1,7 +1,7 @@
 """Rule `reference_solutions`: a verified reference solution for every problem of a split.
 
-`rredcot.references.build_references`: the dataset solution where it verifies, else sampled from
-the policy (attempts recorded per problem). Problems left without one stay in the table with a
+`rredcot.credit.references.build_references`: the dataset solution where it verifies, else sampled
+from the policy (attempts recorded per problem). Problems left without one stay in the table with a
 null reference, are named in the log and listed with the reason in a CSV.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
+from rredcot.credit.references import build_references
 from rredcot.data.schema import read_parquet, write_parquet
 from rredcot.generation.base import Completion, SamplingParams
-from rredcot.references import build_references
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.steps.study_common import Timer, load_backend
 from rredcot.tasks import get_task

@@ -15,7 +15,7 @@ import polars as pl
 from rredcot.credit.attribution import ATTRIBUTIONS, AttributionConfig
 from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.rredcot import ANSWER_NOW, VALUE_VARIANTS, RREDCoTConfig
-from rredcot.segmentation import SegmentationConfig
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.steps.cli import log
 from rredcot.steps.study_common import (
     Timer,

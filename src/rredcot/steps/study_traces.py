@@ -11,9 +11,9 @@ from typing import Any
 
 import polars as pl
 
+from rredcot.credit.segmentation import study_segmentation
 from rredcot.data.schema import read_parquet
 from rredcot.generation.base import SamplingParams, derive_seed
-from rredcot.segmentation import study_segmentation
 from rredcot.steps.cli import log, parser, require, seed_everything, setup
 from rredcot.steps.study_common import Timer, load_backend, load_policy
 from rredcot.studies.segmentations import MAIN, segmentation_table, sweep_configs

@@ -174,8 +174,8 @@ def mc_estimates(
 
 def reference_path(task: Any, reference: str | None, answer: str) -> Any:
     """The `ReferencePath` (U* split into lines, y*) of a reference text; None without one."""
+    from rredcot.credit.references import reference_reasoning
     from rredcot.credit.rredcot import ReferencePath
-    from rredcot.references import reference_reasoning
 
     if reference is None:
         return None
@@ -277,7 +277,7 @@ def bayes_estimates(
 ) -> pl.DataFrame:
     """σ and V̂(s_k) = p_{b_k} of the one-pass Bayes value (METHOD.md §8) at every segment
     boundary, `batch_traces` traces per pair of passes (x ⊕ τ and x ⊕ O ⊕ τ, O the reference in
-    the prompt, `rredcot.references.oracle_prompt`).
+    the prompt, `rredcot.credit.references.oracle_prompt`).
 
     config: an `OPPOConfig` (prior, clip; None: its defaults). One trace per problem has no
     group, so `prior: group_mean` takes p_0 = the mean reward of the scored traces (the study
@@ -296,7 +296,7 @@ def bayes_estimates(
         bayes_values,
         log_ratios,
     )
-    from rredcot.references import oracle_prompt
+    from rredcot.credit.references import oracle_prompt
     from rredcot.scoring.logprobs import completion_scores, pad_rows
 
     cfg = OPPOConfig() if config is None else config

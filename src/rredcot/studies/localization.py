@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from rredcot.segmentation import segment_of_char
+from rredcot.credit.segmentation import segment_of_char
 from rredcot.studies import families
 from rredcot.studies.metrics import (
     bootstrap_indices,

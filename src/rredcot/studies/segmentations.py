@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from rredcot.segmentation import SegmentationConfig, segment
+from rredcot.credit.segmentation import SegmentationConfig, segment
 
 MAIN = "main"  # the `segmentation` column value of the configured segmentation
 

@@ -17,7 +17,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-from rredcot.config import check_known_keys
+from rredcot.block_checks import check_known_keys
 
 ADAPTER_DIR = "adapter"
 """Subdirectory of `final/` with the trained adapter (adapter_config.json and weights)."""

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass, field, fields
 from numbers import Integral, Real
 from typing import Any
 
-from rredcot.config import check_choices, check_known_keys
+from rredcot.block_checks import check_choices, check_known_keys
 from rredcot.credit.advantages import REWARD_SCALES, CreditConfig
 from rredcot.credit.bayes import OPPOConfig
 from rredcot.credit.mc import MCConfig
 from rredcot.credit.rredcot import RREDCoTConfig
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.misconceptions import Misconception
-from rredcot.segmentation import SegmentationConfig
 from rredcot.training.lora import LoraSettings
 from rredcot.training.methods import METHODS, ResetConfig
 from rredcot.training.settings_checks import settings_error, tracker_error

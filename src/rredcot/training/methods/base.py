@@ -33,11 +33,11 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.placebo import placebo_sigmas
+from rredcot.credit.segmentation import SegmentationConfig, segment
 from rredcot.credit.traces import SegmentedTrace
 from rredcot.generation.base import GenerationBackend
 from rredcot.scoring.logprobs import completion_scores
 from rredcot.scoring.packed import GenerationCache
-from rredcot.segmentation import SegmentationConfig, segment
 
 if TYPE_CHECKING:
     from rredcot.training.method_settings import MethodSettings

@@ -31,9 +31,9 @@ from rredcot.credit.mc import (
     mc_state_values_batch,
     token_to_char_boundaries,
 )
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.generation.base import derive_seed
 from rredcot.generation.hf import HFBackend
-from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     RolloutBatch,
     SegmentCredit,

@@ -4,7 +4,7 @@ The one thing that differs from GRPO: each token's advantage comes from a runnin
 probability p_t along the response, a Bayesian update by the policy's own likelihood ratio with
 and without the reference in the prompt (`rredcot.credit.bayes`): no value model, no rollouts,
 one extra teacher-forced pass over x ⊕ O ⊕ τ per response (O: the reference solution,
-`rredcot.references.oracle_prompt`). The pass without O is the one HF generation computed
+`rredcot.credit.references.oracle_prompt`). The pass without O is the one HF generation computed
 while sampling (`batch.generation`), else one teacher-forced pass over x ⊕ τ.
 
 `oppo.level: token` (default): every token of τ is its own segment with σ_t = a_t (the paper's
@@ -31,10 +31,10 @@ from rredcot.credit.bayes import (
     log_ratios,
     prior_probabilities,
 )
-from rredcot.references import oracle_prompt
+from rredcot.credit.references import oracle_prompt
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.scoring.logprobs import completion_scores, pad_rows
 from rredcot.scoring.packed import encoding_from_generation
-from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     RolloutBatch,
     SegmentCredit,

@@ -23,9 +23,9 @@ from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.mc import token_to_char_boundaries
 from rredcot.credit.oracle import checker_values, line_accuracy, lines_written
 from rredcot.credit.redistribution import terminal_credit
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.checker import StepCheck
 from rredcot.data.synthetic import check_response
-from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     RolloutBatch,
     SegmentCredit,

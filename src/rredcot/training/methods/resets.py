@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from rredcot.config import check_known_keys
+from rredcot.block_checks import check_known_keys
 from rredcot.credit.advantages import per_group_advantages
+from rredcot.credit.segmentation import SegmentationConfig, segment
 from rredcot.scoring import response_entropies
-from rredcot.segmentation import SegmentationConfig, segment
 from rredcot.training.localization import UNPARSED_STEPS
 from rredcot.training.methods.base import (
     MethodOutput,

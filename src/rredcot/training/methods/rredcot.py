@@ -22,12 +22,12 @@ import torch
 
 from rredcot.credit.advantages import CreditConfig
 from rredcot.credit.redistribution import terminal_credit
+from rredcot.credit.references import reference_reasoning
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
+from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.credit.traces import Trace
-from rredcot.references import reference_reasoning
 from rredcot.scoring.chunks import encode_within_budget
 from rredcot.scoring.packed import encoding_from_generation
-from rredcot.segmentation import SegmentationConfig
 from rredcot.training.methods.base import (
     RolloutBatch,
     SegmentCredit,
@@ -45,7 +45,7 @@ def reference_path(task: Any, row: Mapping[str, Any]) -> ReferencePath:
     """(U*, y*) of a training row: `reference` is a reference text U* ⊕ A ⊕ y* ⊕ close (the
     synthetic world's solution, or the reference-solution step's output), `answer` is y*.
 
-    U* is the text before the reference's last answer trigger A (`rredcot.references`), split
+    U* is the text before the reference's last answer trigger A (`rredcot.credit.references`), split
     into one segment per line.
     """
     for key in ("reference", "answer"):

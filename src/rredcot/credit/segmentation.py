@@ -18,7 +18,7 @@ Strategies (`STRATEGIES`, chosen by `SegmentationConfig.strategy`):
 - `low_prob_cutpoints` (SPO, Guo et al. 2025): a boundary before each token with π < threshold.
 - `hybrid` (default, RREDCoT's reconstruction): the keyword split, then merge the adjacent pair
   with the lowest merge score until K segments remain (`MERGE_SCORES`,
-  `rredcot.segment_counts`).
+  `rredcot.credit.segment_counts`).
 
 Rules shared by all strategies (reconstructed choices, documented because the paper's text is not
 available):
@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from rredcot.config import check_known_keys
-from rredcot.segment_counts import MERGE_SCORES, all_tokens, fit_count, token_count
+from rredcot.block_checks import check_known_keys
+from rredcot.credit.segment_counts import MERGE_SCORES, all_tokens, fit_count, token_count
 
 KEYWORDS: tuple[str, ...] = ("\n\n", "\n")
 DISCOURSE_MARKERS: tuple[str, ...] = (

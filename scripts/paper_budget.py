@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from rredcot.planning.vllm_memory import KNOWN_CONFIGS, KNOWN_MODELS  # noqa: E402
-from rredcot.rendered_docs import write_or_check  # noqa: E402
+from rredcot.reporting.rendered_docs import write_or_check  # noqa: E402
 
 DOC = REPO / "docs" / "paper_budget.md"
 CONFIGS = ("paper_qwen3_4b", "paper_r1_distill_1p5b")

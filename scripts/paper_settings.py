@@ -24,7 +24,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from rredcot.rendered_docs import write_or_check  # noqa: E402
+from rredcot.reporting.rendered_docs import write_or_check  # noqa: E402
 
 DOC = REPO / "docs" / "paper_settings.md"
 SOURCES = ("paper", "official SRPO", "open-r1", "open-rs", "ours")

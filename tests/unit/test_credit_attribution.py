@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from rredcot.reporting.credit_attribution import attribution_table, plot_attribution
-from rredcot.reporting.curves import RunScores
+from rredcot.reporting.learning_curves import RunScores
 from rredcot.workflow.run_params import placebo_pairs
 
 PROBLEMS = ["p0", "p1", "p2", "p3"]
@@ -181,7 +181,7 @@ def test_the_area_against_seconds_interpolates_at_the_budget() -> None:
     """Steps 0, 10, 20 at 0, 5, 10 s with pass@1 0.2, 0.4, 0.6; budget 7.5 s: the curve at
     7.5 s is 0.5, the area (0.2+0.4)/2·5 + (0.4+0.5)/2·2.5 = 2.625, its mean 0.35; a budget
     past the run's end is an error, never extrapolated."""
-    from rredcot.reporting.curves import seconds_area
+    from rredcot.reporting.learning_curves import seconds_area
 
     points = pl.DataFrame(
         {

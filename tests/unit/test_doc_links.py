@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rredcot.rendered_docs import RENDERED_DOCS, SNAPSHOT_DOCS
+from rredcot.reporting.rendered_docs import RENDERED_DOCS, SNAPSHOT_DOCS
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_PAGE_LINES = 150

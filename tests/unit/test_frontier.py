@@ -28,9 +28,9 @@ from rredcot.studies.frontier import (
     transform_groups,
     transform_label,
 )
-from rredcot.studies.metrics import bootstrap_indices
 from rredcot.studies.preregistered import preregistered_fast_estimator
 from rredcot.studies.segmentations import MAIN
+from rredcot.studies.statistics import bootstrap_indices
 from rredcot.studies.variants import (
     BAYES_TOKEN_NAME,
     TOKEN_LEVEL,

@@ -13,7 +13,7 @@ from rredcot.evaluation.paired import (
     t_interval,
     t_quantile_975,
 )
-from rredcot.reporting.curves import (
+from rredcot.reporting.learning_curves import (
     RunScores,
     cumulative_compute,
     equal_compute_steps,

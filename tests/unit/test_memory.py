@@ -23,7 +23,7 @@ import rredcot.scoring.packed as packed_module
 import rredcot.scoring.passes as passes_module
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
 from rredcot.credit.segmentation import SegmentationConfig, keyword_boundaries
-from rredcot.credit.traces import Trace
+from rredcot.credit.segmented_trace import Trace
 from rredcot.models.tiny import build_tiny_model
 from rredcot.planning.memory_plan import ModelShape, advice, credit_phases, rule_phases
 from rredcot.scoring.chunks import (

@@ -39,7 +39,7 @@ from rredcot.credit.rredcot import (
 )
 from rredcot.credit.rredcot_queries import Columns
 from rredcot.credit.segmentation import keyword_boundaries
-from rredcot.credit.traces import SegmentedTrace
+from rredcot.credit.segmented_trace import SegmentedTrace
 from rredcot.models.tiny import build_tiny_model
 from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring.logprobs import sequence_logprob_naive

@@ -40,22 +40,6 @@ from rredcot.studies.cost_match import cost_match
 from rredcot.studies.estimators import ESTIMATE_SCHEMA, reference_kind, rredcot_name
 from rredcot.studies.ground_truth import ground_truth_sigmas, split_half, split_half_step_up
 from rredcot.studies.localization import localization_sets, localization_table, true_segments
-from rredcot.studies.metrics import (
-    argmin_set,
-    average_ranks,
-    bootstrap_mean_ci,
-    ceiling,
-    disattenuate,
-    kendall_flat0,
-    localization_hits,
-    percentile_ci,
-    random_localization,
-    rankdata,
-    spearman,
-    spearman_brown,
-    spearman_flat0,
-    split_half_factor,
-)
 from rredcot.studies.null_estimator import NULL, null_estimates
 from rredcot.studies.preregistered import preregistered_answer_now
 from rredcot.studies.rollouts import (
@@ -70,6 +54,22 @@ from rredcot.studies.segmentations import (
     distinct_states,
     segmentation_table,
     sweep_configs,
+)
+from rredcot.studies.statistics import (
+    argmin_set,
+    average_ranks,
+    bootstrap_mean_ci,
+    ceiling,
+    disattenuate,
+    kendall_flat0,
+    localization_hits,
+    percentile_ci,
+    random_localization,
+    rankdata,
+    spearman,
+    spearman_brown,
+    spearman_flat0,
+    split_half_factor,
 )
 from rredcot.studies.sweep import sweep_table
 from rredcot.studies.traces import (
@@ -1017,7 +1017,7 @@ def test_every_figure_of_a_table_without_rows_says_so(tmp_path, columns):
     table header only; every figure drawn from such a table states "no rows", not an error."""
     from rredcot.reporting.credit_attribution import plot_attribution
     from rredcot.reporting.credit_regimes import plot_credit_regimes
-    from rredcot.reporting.curves import plot_learning_curves
+    from rredcot.reporting.learning_curves import plot_learning_curves
     from rredcot.reporting.training import plot_training_curves
 
     empty = pl.DataFrame(schema=dict.fromkeys(columns, pl.String))

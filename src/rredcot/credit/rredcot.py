@@ -90,7 +90,7 @@ from rredcot.credit.rredcot_values import (
     answer_reward,
     value_estimate,
 )
-from rredcot.credit.traces import SegmentedTrace, Trace
+from rredcot.credit.segmented_trace import SegmentedTrace, Trace
 
 __all__ = [
     "ANSWER_NOW",

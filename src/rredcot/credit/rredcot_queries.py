@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from rredcot.credit.reference_paths import Continuations, ReferencePath, build_continuations
 from rredcot.credit.rredcot_config import RREDCoTConfig
-from rredcot.credit.traces import Trace
+from rredcot.credit.segmented_trace import Trace
 from rredcot.models.chat import THINK_CLOSE, THINK_OPEN
 from rredcot.scoring.queries import StateQuery
 

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from rredcot.evaluation.paired import paired_comparison
-from rredcot.reporting.curves import problem_grid
+from rredcot.reporting.learning_curves import problem_grid
 
 COLUMNS: tuple[str, ...] = (
     "benchmark", "method", "against", "method_score", "against_score", "difference",

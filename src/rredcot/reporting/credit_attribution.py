@@ -8,7 +8,7 @@ of each seed with the placebo's run of the same seed, on the same held-out probl
 conservative verdict, the MDE at 80% power). Measures, all "higher is better":
 
 - `auc` (the pre-registered primary endpoint) and `final`: the learning curve's area and its
-  last point, as in `method_comparison.csv` (`rredcot.reporting.curves.method_comparison`);
+  last point, as in `method_comparison.csv` (`rredcot.reporting.learning_curves.method_comparison`);
 - `t1_avoids_systematic` / `t1_avoids_random`: the share of the final policy's held-out samples
   (the split's protocol) whose first error is *not* systematic (the misconception's rule step) /
   *not* random; the difference is minus the difference in that error's rate, so a method that
@@ -20,7 +20,7 @@ conservative verdict, the MDE at 80% power). Measures, all "higher is better":
   (`training.variants.<i>.budget_of`: GRPO with more steps or samples): the method against it
   at equal cumulative wall seconds and forward tokens (`method_comparison`'s rule), and
   `auc_equal_seconds`, the area under each held-out curve against cumulative wall seconds up
-  to the smaller of the two runs' totals (`rredcot.reporting.curves.seconds_area`).
+  to the smaller of the two runs' totals (`rredcot.reporting.learning_curves.seconds_area`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import numpy as np
 import polars as pl
 
 from rredcot.evaluation.paired import paired_comparison
-from rredcot.reporting.curves import (
+from rredcot.reporting.figures import ci_error_bars, save_figure, says_no_rows
+from rredcot.reporting.learning_curves import (
     RunScores,
     cumulative_compute,
     method_comparison,
@@ -42,7 +43,6 @@ from rredcot.reporting.curves import (
     run_points,
     seconds_area,
 )
-from rredcot.reporting.figures import ci_error_bars, save_figure, says_no_rows
 
 PRIMARY = "auc"
 ALL = "all"

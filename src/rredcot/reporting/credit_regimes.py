@@ -2,7 +2,7 @@
 results/figures/credit_regimes.png): each dose's gain over GRPO, per method, side by side.
 
 Every dose ran the whole workflow in a directory of its own (`rredcot.workflow.dose_response`); its
-`method_comparison.csv` (`rredcot.reporting.curves.method_comparison`) holds the paired
+`method_comparison.csv` (`rredcot.reporting.learning_curves.method_comparison`) holds the paired
 comparisons. Per dose and method (GRPO excluded), two rows are taken from it, both pooled over
 seeds against GRPO:
 - the pre-registered primary endpoint, the area under the held-out curve (`auc`, endpoint

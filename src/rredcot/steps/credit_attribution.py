@@ -11,7 +11,7 @@ from rredcot.data.misconceptions import Misconception, rule_applies
 from rredcot.data.schema import read_json, read_parquet, read_table
 from rredcot.evaluation.regime import labelled_responses, programs_of
 from rredcot.reporting.credit_attribution import attribution_table, plot_attribution
-from rredcot.reporting.curves import read_run
+from rredcot.reporting.learning_curves import read_run
 from rredcot.steps.cli import add_per_run_files, log, parser, per_run_files, require, setup
 
 PER_RUN = ("summaries", "grades", "t1_generations", "greedy_grades", "greedy_generations")

@@ -8,7 +8,7 @@ import polars as pl
 
 from rredcot.data.schema import read_json, read_table
 from rredcot.planning.machine import machines_by_run_name, with_machine_column
-from rredcot.reporting.curves import (
+from rredcot.reporting.learning_curves import (
     comparison_mapping,
     learning_curves,
     method_comparison,

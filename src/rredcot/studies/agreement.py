@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rredcot.studies.metrics import (
+from rredcot.studies.statistics import (
     bootstrap_indices,
     ceiling,
     disattenuate,

@@ -217,7 +217,7 @@ def rredcot_estimates(
     no row.
     """
     from rredcot.credit.rredcot import rredcot_credit_batch, rredcot_variants_batch
-    from rredcot.credit.traces import Trace
+    from rredcot.credit.segmented_trace import Trace
 
     by_index = {r["trace_index"]: r for r in traces.iter_rows(named=True)}
     items = []

@@ -53,8 +53,8 @@ from rredcot.evaluation.paired import interval_verdict
 from rredcot.studies import families
 from rredcot.studies.agreement import common_set, vectors
 from rredcot.studies.estimators import reference_kind
-from rredcot.studies.metrics import bootstrap_indices, percentile_ci, spearman_flat0
 from rredcot.studies.segmentations import MAIN
+from rredcot.studies.statistics import bootstrap_indices, percentile_ci, spearman_flat0
 from rredcot.studies.transform_rule import cosine
 from rredcot.studies.variants import TOKEN_LEVEL
 

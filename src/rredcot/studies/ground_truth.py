@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from rredcot.studies.metrics import split_half_factor
 from rredcot.studies.rollouts import (
     sigma_from_values,
     state_values,
     value_lookup,
     values_at_states,
 )
+from rredcot.studies.statistics import split_half_factor
 
 GROUND_TRUTH = "ground_truth"  # estimator name of σ_gt in the study tables
 

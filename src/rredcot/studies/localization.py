@@ -9,7 +9,7 @@ its last character). Per estimator:
 - top-1: the lowest-credit segment is the true one;
 - within-one: it is at most one segment away;
 
-both with ties counted fractionally (`rredcot.studies.metrics.localization_hits`), averaged over
+both with ties counted fractionally (`rredcot.studies.statistics.localization_hits`), averaged over
 one common set of traces with a bootstrap 95% CI, and each estimator's top-1 compared with the
 reference estimator's (RREDCoT's default) by a paired bootstrap over the same traces. A
 `random` row (a uniformly random segment, exact expectation 1/K per trace) is in every table.
@@ -28,7 +28,7 @@ import polars as pl
 
 from rredcot.credit.segmentation import segment_of_char
 from rredcot.studies import families
-from rredcot.studies.metrics import (
+from rredcot.studies.statistics import (
     bootstrap_indices,
     localization_hits,
     percentile_ci,

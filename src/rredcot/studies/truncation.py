@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from rredcot.studies.metrics import bootstrap_mean_ci
 from rredcot.studies.rollouts import TRUNCATION, state_values
+from rredcot.studies.statistics import bootstrap_mean_ci
 
 
 def truncation_table(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         MethodOutput,
         RolloutBatch,
     )
-    from rredcot.training.metrics import CSV_COLUMNS
+    from rredcot.training.metrics_csv import CSV_COLUMNS
     from rredcot.training.run import build_trainer, train_policy, training_rows
     from rredcot.training.run_dir import resume_point
     from rredcot.training.settings import TrainingSettings
@@ -44,7 +44,7 @@ _HOME = {
     "MethodOutput": "methods",
     "RolloutBatch": "methods",
     "build_method": "method_settings",
-    "CSV_COLUMNS": "metrics",
+    "CSV_COLUMNS": "metrics_csv",
     "TrainingSettings": "settings",
     "build_trainer": "run",
     "grpo_config": "trl_config",

@@ -52,7 +52,7 @@ from rredcot.tasks.base import Task
 from rredcot.training.curves import CurveSettings, LearningCurve
 from rredcot.training.lora import exact_unmerge, save_final
 from rredcot.training.method_registry import method_spec
-from rredcot.training.metrics import MetricsCSV
+from rredcot.training.metrics_csv import MetricsCSV
 from rredcot.training.precision import UpdateCheck, check_master_weights
 from rredcot.training.run_dir import (
     checkpoint_step,

@@ -34,7 +34,7 @@ import torch
 from rredcot.credit.advantages import CreditConfig, token_advantages
 from rredcot.credit.placebo import placebo_sigmas
 from rredcot.credit.segmentation import SegmentationConfig, segment
-from rredcot.credit.traces import SegmentedTrace
+from rredcot.credit.segmented_trace import SegmentedTrace
 from rredcot.generation.base import GenerationBackend
 from rredcot.scoring.logprobs import completion_scores
 from rredcot.scoring.packed import GenerationCache

@@ -25,7 +25,7 @@ from rredcot.credit.redistribution import terminal_credit
 from rredcot.credit.references import reference_reasoning
 from rredcot.credit.rredcot import ReferencePath, RREDCoTConfig, rredcot_credit_batch
 from rredcot.credit.segmentation import SegmentationConfig
-from rredcot.credit.traces import Trace
+from rredcot.credit.segmented_trace import Trace
 from rredcot.scoring.chunks import encode_within_budget
 from rredcot.scoring.packed import encoding_from_generation
 from rredcot.training.methods.base import (

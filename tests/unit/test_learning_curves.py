@@ -11,8 +11,8 @@ from rredcot.evaluation.paired import (
     paired_bootstrap,
     seed_t_interval,
     t_interval,
-    t_quantile_975,
 )
+from rredcot.evaluation.t_quantiles import t_quantile_975
 from rredcot.reporting.learning_curves import (
     RunScores,
     cumulative_compute,

@@ -13,8 +13,8 @@ from rredcot.evaluation.power import (
     minimum_detectable_effect,
     seed_sd,
     seeds_for_mde,
-    t_quantile_80,
 )
+from rredcot.evaluation.t_quantiles import t_quantile_80
 
 
 def test_mde_by_hand():

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rredcot.evaluation.power import mde_from_sd, seed_sd
+from rredcot.evaluation.t_quantiles import t_quantile_975
+
 
 @dataclass(frozen=True)
 class PairedDifference:
@@ -37,25 +40,6 @@ class PairedDifference:
     def verdict(self) -> str:
         """`better` / `worse` when the CI excludes 0, else `no difference`."""
         return interval_verdict(self.ci_low, self.ci_high)
-
-
-# Student's t 0.975 quantiles for 1 … 30 degrees of freedom (the normal 1.960 beyond).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
-
-
-def tabled_quantile(table: tuple[float, ...], df: int, normal: float) -> float:
-    """A Student's t quantile from `table` (entries for 1 … len(table) degrees of freedom),
-    the normal quantile `normal` beyond."""
-    if df < 1:
-        raise ValueError(f"df: expected >= 1, got {df}")
-    return table[df - 1] if df <= len(table) else normal
-
-
-def t_quantile_975(df: int) -> float:
-    """Student's t 0.975 quantile for `df` ≥ 1 degrees of freedom (1.960 beyond 30)."""
-    return tabled_quantile(T975, df, 1.960)
 
 
 def t_interval(values: np.ndarray) -> tuple[float, float]:
@@ -145,8 +129,6 @@ def paired_comparison(
     conservative of the two, the grid's size, and the power: the SD over seeds of the per-seed
     mean difference and the minimum detectable effect at 80% power (`power`). One definition
     for every comparison table."""
-    from rredcot.evaluation.power import mde_from_sd, seed_sd  # power reads this module's t
-
     diff = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
     sd = seed_sd(a, b)
     t_low, t_high = seed_t_interval(a, b)

@@ -19,17 +19,7 @@ import math
 
 import numpy as np
 
-from rredcot.evaluation.paired import t_quantile_975, tabled_quantile
-
-# Student's t 0.80 quantiles for 1 … 30 degrees of freedom (the normal 0.8416 beyond).
-T80 = (1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879, 0.876, 0.873,
-       0.870, 0.868, 0.866, 0.865, 0.863, 0.862, 0.861, 0.860, 0.859, 0.858, 0.858, 0.857,
-       0.856, 0.856, 0.855, 0.855, 0.854, 0.854)  # fmt: skip
-
-
-def t_quantile_80(df: int) -> float:
-    """Student's t 0.80 quantile for `df` ≥ 1 degrees of freedom (0.8416 beyond 30)."""
-    return tabled_quantile(T80, df, 0.8416)
+from rredcot.evaluation.t_quantiles import t_quantile_80, t_quantile_975
 
 
 def mde_from_sd(sd: float, n_seeds: int) -> float:

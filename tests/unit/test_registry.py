@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rredcot.data.normalize import (
     last_boxed,
+    load_normalized,
     normalize_rows,
     split_gsm8k_answer,
     stringify_answer,
@@ -24,7 +25,6 @@ from rredcot.data.registry import (
     KNOWN_TRAINING_SETS,
     REGISTRY,
     DatasetUnavailableError,
-    load_normalized,
     mirror_dir,
     registry_entry,
     resolve_source,

@@ -12,14 +12,19 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 
+from rredcot.data.registry import (
+    DatasetSpec,
+    HubLoader,
+    ResolvedSource,
+    registry_entry,
+    resolve_source,
+)
 from rredcot.data.schema import COLUMNS, SCHEMA, MalformedRowsError
-
-if TYPE_CHECKING:  # registry imports this module; the types are only needed for hints
-    from rredcot.data.registry import DatasetSpec, ResolvedSource
 
 BOXED_COMMANDS: tuple[str, ...] = ("\\boxed", "\\fbox")
 GSM8K_MARKER = "####"
@@ -253,3 +258,18 @@ def _check_columns(spec: DatasetSpec, source: ResolvedSource) -> None:
             f"{spec.name} ({source.origin}): mapped column(s) {missing} not in the source; "
             f"it has {sorted(seen)}. Update the registry's column mapping for {spec.name!r}."
         )
+
+
+def load_normalized(
+    name: str,
+    mirror: Path | None,
+    max_malformed_fraction: float,
+    hub_loader: HubLoader | None = None,
+) -> NormalizedDataset:
+    """Registry dataset `name` as a normalized table, mirror first, then the Hub.
+
+    Malformed rows are returned in `.malformed` for the caller to log; more than
+    `max_malformed_fraction` of them raises MalformedRowsError naming the rows.
+    """
+    spec = registry_entry(name)
+    return normalize_rows(spec, resolve_source(spec, mirror, hub_loader), max_malformed_fraction)

@@ -14,7 +14,8 @@ such a dataset logs a warning (`UNPINNED_WARNING`). knoveleng/open-rs is the one
 of it could be confirmed offline.
 
 The Snakefile reads the registry on every invocation, so this module leaves out polars: the
-normalization (`rredcot.data.normalize`) is imported by `load_normalized` when it runs.
+normalization and `load_normalized`, which reads a dataset and normalizes it, are
+`rredcot.data.normalize`'s.
 """
 
 from __future__ import annotations
@@ -27,10 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:  # normalize imports polars, which `load_normalized` imports when it runs
-    from rredcot.data.normalize import NormalizedDataset
+from typing import Any, Literal
 
 MIRROR_ENV = "RREDCOT_MIRROR"
 MIRROR_CONFIG_KEY = "data.mirror"
@@ -331,16 +329,18 @@ def resolve_source(
     """Read `spec`'s rows from `<mirror>/<name>.jsonl` if it exists, else from the Hub.
 
     `hub_loader` defaults to `datasets.load_dataset`; tests pass a fake so they never touch
-    the network. Raises DatasetUnavailableError naming both places tried and the fix.
+    the network. Raises DatasetUnavailableError naming both places tried and the fix. The read
+    of a dataset not at a pinned commit is logged (`UNPINNED_WARNING`).
     """
     mirror_file = mirror / f"{spec.name}.jsonl" if mirror is not None else None
     if mirror_file is not None and mirror_file.is_file():
-        return ResolvedSource(
+        mirrored = ResolvedSource(
             kind="mirror",
             origin=f"mirror:{mirror_file}",
             rows=read_mirror_file(mirror_file),
             path=mirror_file,
         )
+        return _warn_if_unpinned(spec, mirrored)
     loader = hub_loader if hub_loader is not None else _default_hub_loader
     try:
         table = loader(spec.hub_id, name=spec.config, revision=spec.revision, split=spec.split)
@@ -362,24 +362,12 @@ def resolve_source(
         RawRow(i, r) if isinstance(r, Mapping) else RawRow(i, None, f"not a record: {r!r:.80}")
         for i, r in enumerate(records)
     )
-    return ResolvedSource(kind="hub", origin=f"hub:{spec.hub_ref}", rows=rows)
+    hub = ResolvedSource(kind="hub", origin=f"hub:{spec.hub_ref}", rows=rows)
+    return _warn_if_unpinned(spec, hub)
 
 
-def load_normalized(
-    name: str,
-    mirror: Path | None,
-    max_malformed_fraction: float,
-    hub_loader: HubLoader | None = None,
-) -> NormalizedDataset:
-    """Registry dataset `name` as a normalized table, mirror first, then the Hub.
-
-    Malformed rows are returned in `.malformed` for the caller to log; more than
-    `max_malformed_fraction` of them raises MalformedRowsError naming the rows.
-    """
-    from rredcot.data.normalize import normalize_rows
-
-    spec = registry_entry(name)
-    source = resolve_source(spec, mirror, hub_loader)
+def _warn_if_unpinned(spec: DatasetSpec, source: ResolvedSource) -> ResolvedSource:
+    """`source`, its read logged when the dataset is not at a pinned commit (`UNPINNED_WARNING`)."""
     if not spec.revision_pinned:
         log.warning(UNPINNED_WARNING, spec.name, spec.revision, spec.hub_id, source.origin)
-    return normalize_rows(spec, source, max_malformed_fraction)
+    return source

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rredcot.data.registry import load_normalized, mirror_dir
+from rredcot.data.normalize import load_normalized
+from rredcot.data.registry import mirror_dir
 from rredcot.data.schema import write_parquet
 from rredcot.steps.cli import log, parser, setup
 

@@ -63,8 +63,8 @@ from rredcot.studies.transform_rule import (  # noqa: E402
     paired_table,
 )
 from rredcot.tasks import get_task  # noqa: E402
-from rredcot.training.method_settings import MethodSettings, build_method  # noqa: E402
-from rredcot.training.methods import RolloutBatch  # noqa: E402
+from rredcot.training.method_settings import MethodSettings  # noqa: E402
+from rredcot.training.methods import RolloutBatch, build_method  # noqa: E402
 
 DEFAULT = "immediate_none"
 

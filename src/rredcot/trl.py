@@ -45,13 +45,14 @@ from rredcot.credit.segmentation import SegmentationConfig  # noqa: E402
 from rredcot.tasks import TASK_NAMES, get_task  # noqa: E402
 from rredcot.tasks.base import Grade  # noqa: E402
 from rredcot.training.method_registry import METHOD_SPECS  # noqa: E402
-from rredcot.training.method_settings import MethodSettings, build_method  # noqa: E402
+from rredcot.training.method_settings import MethodSettings  # noqa: E402
 from rredcot.training.methods import (  # noqa: E402
     METHODS,
     Method,
     MethodOutput,
     ResetConfig,
     RolloutBatch,
+    build_method,
 )
 from rredcot.training.settings import TRAINING_REFERENCES as REFERENCES  # noqa: E402
 from rredcot.training.trainer import CreditGRPOTrainer  # noqa: E402

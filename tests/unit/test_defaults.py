@@ -25,7 +25,7 @@ from rredcot.data.misconceptions import Misconception
 from rredcot.data.world import WorldConfig
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.training.lora import LoraSettings
-from rredcot.training.methods.resets import ResetConfig
+from rredcot.training.reset_config import ResetConfig
 from rredcot.training.settings import TrainingSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from rredcot.generation.base import SamplingParams
 from rredcot.models.tiny import build_tiny_model
 from rredcot.tasks import get_task
 from rredcot.training import CreditGRPOTrainer, TrainingSettings, correctness_reward, grpo_config
-from rredcot.training.method_settings import build_method
+from rredcot.training.methods import build_method
 from rredcot.training.methods.mc import MCMethod
 from rredcot.training.trainer import TRLEngineBackend
 

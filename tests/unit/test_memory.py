@@ -37,7 +37,7 @@ from rredcot.scoring.layout import SHARED_ROW_MAX, SHARED_ROW_TOKENS, default_ro
 from rredcot.scoring.logprobs import position_ids_from_mask, response_entropies, token_logprobs
 from rredcot.scoring.packed import EncodedTraces, encode_traces
 from rredcot.tasks import get_task
-from rredcot.training.method_settings import build_method
+from rredcot.training.methods import build_method
 
 ROWS = [
     {"problem": "a=3, b=8, c=2. d=a+b. e=d*a. f=e-c. Find f.", "answer": "1"},

@@ -21,8 +21,7 @@ from rredcot.models.tokenizer import build_byte_tokenizer
 from rredcot.scoring import response_entropies
 from rredcot.scoring.packed import encode_traces
 from rredcot.tasks import get_task
-from rredcot.training.method_settings import build_method
-from rredcot.training.methods import METHODS, RolloutBatch
+from rredcot.training.methods import METHODS, RolloutBatch, build_method
 from rredcot.training.methods import rredcot as rredcot_method_module
 from rredcot.training.methods.base import response_scores, segment_completions, strip_eos
 from rredcot.training.methods.mc import fill_missing_values

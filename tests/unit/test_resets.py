@@ -30,8 +30,7 @@ from rredcot.training.localization import (
     numbered_steps,
     parse_error_step,
 )
-from rredcot.training.method_settings import build_method
-from rredcot.training.methods import METHODS, RolloutBatch
+from rredcot.training.methods import METHODS, RolloutBatch, build_method
 from rredcot.training.methods.resets import (
     Chain,
     Parent,

@@ -20,7 +20,7 @@ from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.misconceptions import Misconception
 from rredcot.models.sft_settings import SFTSettings
 from rredcot.training.lora import LoraSettings
-from rredcot.training.methods.resets import ResetConfig
+from rredcot.training.reset_config import ResetConfig
 from rredcot.training.settings import TrainingSettings
 from rredcot.workflow.run_params import NOT_RUN_SETTINGS
 

@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 from rredcot.models.tiny import build_tiny_model
 from rredcot.tasks import get_task
 from rredcot.training import CreditGRPOTrainer, TrainingSettings, grpo_config
-from rredcot.training.method_settings import build_method
+from rredcot.training.methods import build_method
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

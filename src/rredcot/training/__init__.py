@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 from rredcot.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from rredcot.training.method_settings import build_method
     from rredcot.training.methods import (
         METHODS,
         Method,
         MethodOutput,
         RolloutBatch,
+        build_method,
     )
     from rredcot.training.metrics_csv import CSV_COLUMNS
     from rredcot.training.run import build_trainer, train_policy, training_rows
@@ -43,7 +43,7 @@ _HOME = {
     "Method": "methods",
     "MethodOutput": "methods",
     "RolloutBatch": "methods",
-    "build_method": "method_settings",
+    "build_method": "methods",
     "CSV_COLUMNS": "metrics_csv",
     "TrainingSettings": "settings",
     "build_trainer": "run",

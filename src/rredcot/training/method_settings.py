@@ -1,5 +1,5 @@
-"""The settings a method reads (`MethodSettings`), derived from a run's `TrainingSettings`, and
-`build_method`, which makes a method from them.
+"""The settings a method reads (`MethodSettings`), derived from a run's `TrainingSettings`
+(`rredcot.training.methods.build_method` makes a method from them).
 
 `MethodSettings` holds the `TrainingSettings` fields named in `METHOD_FIELDS` with the same
 types and defaults (it is generated from them, so it cannot drift): a test or a TRL script
@@ -10,11 +10,7 @@ attributes) to `Method.from_settings`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
 
-from rredcot.training.method_registry import method_spec
-from rredcot.training.methods import METHODS, Method
 from rredcot.training.settings import TrainingSettings
 
 METHOD_FIELDS: tuple[str, ...] = (
@@ -56,22 +52,3 @@ def _method_settings() -> type:
 MethodSettings = _method_settings()
 MethodSettings.__doc__ = """The setting blocks the methods read, with `TrainingSettings`'
 defaults (`METHOD_FIELDS`); the misconception may be a `Misconception` or its mapping."""
-
-
-def build_method(
-    name: str,
-    task: Any,
-    tokenizer: Any,
-    eos_ids: Sequence[int],
-    settings: Any = None,
-    **blocks: Any,
-) -> Method:
-    """The method called `name` with its settings: a run's `TrainingSettings` (or a
-    `MethodSettings`), else `MethodSettings(**blocks)` (defaults for the blocks not given;
-    None means the default). The blocks a method does not use are ignored."""
-    method_spec(name)  # the error that lists the methods
-    if settings is None:
-        settings = MethodSettings(**{k: v for k, v in blocks.items() if v is not None})
-    elif blocks:
-        raise ValueError("build_method: give either settings or blocks, not both")
-    return METHODS[name].from_settings(settings, task, tokenizer, list(eos_ids))

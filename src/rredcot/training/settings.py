@@ -22,7 +22,8 @@ from rredcot.credit.rredcot import RREDCoTConfig
 from rredcot.credit.segmentation import SegmentationConfig
 from rredcot.data.misconceptions import Misconception
 from rredcot.training.lora import LoraSettings
-from rredcot.training.methods import METHODS, ResetConfig
+from rredcot.training.method_registry import METHOD_SPECS
+from rredcot.training.reset_config import ResetConfig
 from rredcot.training.settings_checks import settings_error, tracker_error
 
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -56,7 +57,7 @@ class TrainingSettings:
     """
 
     method: str = "grpo"
-    """One of `METHODS` (`rredcot.training.method_registry.METHOD_SPECS`)."""
+    """One of the training methods (`rredcot.training.method_registry.METHOD_SPECS`)."""
     seed: int = 0
     """Seed of data order, sampling and the MC rollouts."""
     task: str = "synthetic"
@@ -176,9 +177,10 @@ class TrainingSettings:
     misconception's rule applies (`rule_share_selection`; the synthetic world); None: all."""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        if self.method not in METHOD_SPECS:
             raise ValueError(
-                f"training.method: {self.method!r} is not allowed; choose one of {list(METHODS)}"
+                f"training.method: {self.method!r} is not allowed; choose one of "
+                f"{list(METHOD_SPECS)}"
             )
         for name in ("max_steps", "prompts_per_step", "max_completion_length", "save_steps"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))

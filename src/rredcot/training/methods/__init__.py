@@ -20,8 +20,11 @@ its σ into token advantages) with a `from_settings` factory, in its own file, p
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
+from typing import Any
 
-from rredcot.training.method_registry import METHOD_SPECS
+from rredcot.training.method_registry import METHOD_SPECS, method_spec
+from rredcot.training.method_settings import MethodSettings
 from rredcot.training.methods.base import (
     Method,
     MethodOutput,
@@ -30,7 +33,7 @@ from rredcot.training.methods.base import (
     SegmentCreditMethod,
     segment_completions,
 )
-from rredcot.training.methods.resets import ResetConfig
+from rredcot.training.reset_config import ResetConfig
 
 
 def _load(implementation: str) -> type[Method]:
@@ -47,6 +50,25 @@ METHODS: dict[str, type[Method]] = {
 """Every training method's class, by name (from `METHOD_SPECS`)."""
 
 
+def build_method(
+    name: str,
+    task: Any,
+    tokenizer: Any,
+    eos_ids: Sequence[int],
+    settings: Any = None,
+    **blocks: Any,
+) -> Method:
+    """The method called `name` with its settings: a run's `TrainingSettings` (or a
+    `MethodSettings`), else `MethodSettings(**blocks)` (defaults for the blocks not given;
+    None means the default). The blocks a method does not use are ignored."""
+    method_spec(name)  # the error that lists the methods
+    if settings is None:
+        settings = MethodSettings(**{k: v for k, v in blocks.items() if v is not None})
+    elif blocks:
+        raise ValueError("build_method: give either settings or blocks, not both")
+    return METHODS[name].from_settings(settings, task, tokenizer, list(eos_ids))
+
+
 __all__ = [
     "METHODS",
     "Method",
@@ -55,5 +77,6 @@ __all__ = [
     "RolloutBatch",
     "SegmentCredit",
     "SegmentCreditMethod",
+    "build_method",
     "segment_completions",
 ]

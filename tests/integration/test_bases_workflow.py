@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 from test_dose_response_workflow import REPO, dry_run, job_counts, jobs
@@ -17,28 +18,25 @@ BASES = {"seed0": 0, "seed1": 1, "seed2": 2}
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
+def dry(tmp_path_factory) -> Callable[..., str]:
+    """`dry_run(*args)` in a fresh directory that holds config.yaml, as the repository root
+    does, with an empty mirror (no registry benchmark is read)."""
     work = tmp_path_factory.mktemp("bases")
     shutil.copy(REPO / "config.yaml", work / "config.yaml")
-    return work
+    return partial(dry_run, work, tmp_path_factory.mktemp("empty_mirror"))
 
 
 @pytest.fixture(scope="module")
-def mirror(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("empty_mirror")  # no registry benchmark is read
+def listing(dry) -> str:
+    return dry("--configfile", str(REPO / "configs/attribution_bases.yaml"))
 
 
-@pytest.fixture(scope="module")
-def listing(work, mirror) -> str:
-    return dry_run(work, mirror, "--configfile", str(REPO / "configs/attribution_bases.yaml"))
-
-
-def test_each_base_is_stage_2_s_dag_with_its_own_sft(listing, work, mirror):
+def test_each_base_is_stage_2_s_dag_with_its_own_sft(listing, dry):
     """Per base the jobs of configs/attribution.yaml + attribution_stage2.yaml alone (50 runs:
     three methods and two placebos on ten seeds), its SFT at its own seed; then one dose-response
     table, one pooled table and `all`."""
     stage2 = ("configs/attribution.yaml", "configs/attribution_stage2.yaml")
-    plain = job_counts(dry_run(work, mirror, "--configfile", *(str(REPO / c) for c in stage2)))
+    plain = job_counts(dry("--configfile", *(str(REPO / c) for c in stage2)))
     assert plain["train_policy"] == 50 and plain["sft_base_model"] == 1
     plain.pop("all")
     counts = job_counts(listing)

@@ -15,13 +15,16 @@ from rredcot.workflow.paths import ATTRIBUTION_TABLE
 
 
 @pytest.fixture(scope="module")
-def bases() -> tuple[dict, list]:
-    config = workflow_config("attribution_bases")
-    return config, dose_configs(config, SCHEMA)
+def config() -> dict:
+    return workflow_config("attribution_bases")
 
 
-def test_only_a_dose_of_the_global_seed_pools_its_levels(bases):
-    config, doses = bases
+@pytest.fixture(scope="module")
+def doses(config) -> list:
+    return dose_configs(config, SCHEMA)
+
+
+def test_only_a_dose_of_the_global_seed_pools_its_levels(config, doses):
     assert base_inputs.pools_bases(config)
     assert base_inputs.credit_bases_targets(config) == [
         base_inputs.BASES_TABLE,
@@ -34,8 +37,7 @@ def test_only_a_dose_of_the_global_seed_pools_its_levels(bases):
     assert base_inputs.credit_bases_targets(workflow_config()) == []  # no dose at all
 
 
-def test_the_pairs_are_the_placebo_pairs_then_every_run_against_grpo(bases):
-    _, doses = bases
+def test_the_pairs_are_the_placebo_pairs_then_every_run_against_grpo(doses):
     assert base_inputs.bases_pairs(doses[0].config) == [
         ("rredcot", "rredcot_perm", "placebo"),
         ("oracle_rule", "oracle_rule_perm", "placebo"),
@@ -47,8 +49,7 @@ def test_the_pairs_are_the_placebo_pairs_then_every_run_against_grpo(bases):
     base_inputs.check_bases(doses)
 
 
-def test_every_base_s_runs_and_its_placebo_table_are_read(bases):
-    _, doses = bases
+def test_every_base_s_runs_and_its_placebo_table_are_read(doses):
     found = base_inputs.credit_bases_inputs(doses)
     assert len(found) == 5 * len(doses)
     for dose in doses:
@@ -65,8 +66,7 @@ def test_every_base_s_runs_and_its_placebo_table_are_read(bases):
         assert found[f"problems_{dose.module}"] == f"{dose.root}data/world/synth_id.parquet"
 
 
-def test_the_arguments_group_each_base_s_runs(bases):
-    _, doses = bases
+def test_the_arguments_group_each_base_s_runs(doses):
     paths = {
         **{f"{n}_{d.module}": [f"{d.label}/{n}{i}" for i in range(2)] for d in doses
            for n in ("summaries", "grades")},
@@ -82,8 +82,7 @@ def test_the_arguments_group_each_base_s_runs(bases):
     assert args.count("--summaries") == 3 and args.count("--base ") == 1
 
 
-def test_the_settings_name_the_bases_and_the_pooled_bootstrap_seed(bases):
-    config, doses = bases
+def test_the_settings_name_the_bases_and_the_pooled_bootstrap_seed(config, doses):
     settings = base_inputs.credit_bases_settings(config, doses)
     assert settings["bases"] == [0, 1, 2]
     assert settings["seed"] == 0 and settings["bootstrap_resamples"] == 10_000
@@ -97,12 +96,11 @@ def test_a_dose_of_bases_without_a_placebo_is_refused_naming_the_key():
         base_inputs.check_bases(dose_configs(config, SCHEMA))
 
 
-def test_base_0_is_the_frozen_base_run_of_stage_2(bases):
+def test_base_0_is_the_frozen_base_run_of_stage_2(doses):
     """The dose at seed 0 is the config configs/attribution_stage2.yaml ran (over
     configs/attribution.yaml), key for key: its runs, SFT, evaluations and tables are the same
     jobs with the same settings, under the dose's directory; the other bases differ only in
     the seed."""
-    _, doses = bases
     stage2 = workflow_config("attribution", "attribution_stage2")
     assert doses[0].config == stage2
     for dose in doses[1:]:

@@ -74,7 +74,7 @@ class BaseRuns:
     runs: tuple[RunScores, ...]
     base: pl.DataFrame  # the base policy's grades on the curve split: every curve's step 0
     strata: Mapping[str, str]  # problem id -> rule | no_rule; empty without a misconception
-    source: str  # its directory, for error messages
+    source: str  # names the base in error messages (the step: its seed and grades file)
 
 
 def held_out_strata(

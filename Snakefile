@@ -47,16 +47,19 @@ include: "workflow/rules/common.smk"
 
 
 # `doses`: the whole workflow once per dose, each in a directory of its own, then the
-# dose-response table (workflow/rules/doses.smk); else the workflow itself.
+# dose-response table (workflow/rules/doses.smk) and, when the doses are SFT bases (a dose of the
+# global seed), the table pooled over them (workflow/rules/credit_bases.smk); else the workflow.
 if config["doses"]:
 
     include: "workflow/rules/dose_inputs.smk"
     include: "workflow/rules/doses.smk"
+    include: "workflow/rules/credit_bases.smk"
 
     rule all:
         default_target: True
         input:
             dose_targets(),
+            CREDIT_BASES_TARGETS,
 
 else:
 

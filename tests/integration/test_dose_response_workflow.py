@@ -106,6 +106,7 @@ def test_one_command_runs_every_dose_and_one_aggregation(listing):
     assert sum(n for (d, _), n in trained.items() if d == "rate0.6") == 15
     assert {m: n for (d, m), n in trained.items() if d == "rate0.8"} == {**five, "mc": 3}
     assert counts["credit_regimes"] == 1 and counts["all"] == 1
+    assert "credit_bases" not in counts  # rates are treatments, not bases to pool
     assert "synthetic_world" not in counts and "train_policy" not in counts  # no plain results/
 
 

@@ -117,3 +117,20 @@ def test_a_dose_of_the_world_itself_is_set_as_written_and_shares_no_world(config
     assert all(isinstance(d.config["world"]["seed"], int) for d in doses)
     assert [d.label for d in doses] == ["seed1234", "seed99"]
     assert not share_world(doses)
+
+
+def test_a_dose_of_the_global_seed_is_another_base_of_one_world(config, schema):
+    """The top-level `seed` (SFT, sampling and bootstrap) can be dosed: each level is another SFT
+    base of the same world (so the doses share it), set as an integer; the world's own seed and
+    every other setting stay."""
+    config["doses"] = {"key": "seed", "levels": [0, 1, 2], "at": []}
+    doses = dose_configs(config, schema)
+    assert [d.config["seed"] for d in doses] == [0, 1, 2]
+    assert all(isinstance(d.config["seed"], int) for d in doses)
+    assert [(d.label, d.module) for d in doses] == [("seed0", "seed0"), ("seed1", "seed1"),
+                                                    ("seed2", "seed2")]  # fmt: skip
+    assert all(d.config["world"] == config["world"] for d in doses)
+    assert share_world(doses)
+    config["doses"]["key"] = "sed"
+    with pytest.raises(ConfigError, match="'sed' is not a key of the config \\(the config's top"):
+        dose_configs(config, schema)

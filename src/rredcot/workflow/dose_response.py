@@ -70,8 +70,9 @@ def _set(config: dict[str, Any], key: str, value: Any) -> None:
                 f"but it is {block!r}; set it in the config the doses vary"
             )
     if leaf not in block:
+        holder = repr(".".join(parents)) if parents else "the config's top level"
         raise ConfigError(
-            f"config key 'doses.key': {key!r} is not a key of the config ({'.'.join(parents)!r} "
+            f"config key 'doses.key': {key!r} is not a key of the config ({holder} "
             f"holds {sorted(block)})"
         )
     block[leaf] = value

@@ -159,6 +159,7 @@ def test_a_baseline_given_the_methods_budget_is_compared_at_equal_compute() -> N
     runs += [long_run(1), long_run(2)]
     t1 = pl.concat(
         [labelled(n, s, ["right"] * 4) for n in ("rredcot", "rredcot_perm") for s in (1, 2)]
+        + [labelled("grpo_long", s, ["systematic", "right", "right", "right"]) for s in (1, 2)]
     )
     table = attribution_table(
         runs, BASE, t1, t1, [("rredcot", "rredcot_perm")], n_resamples=50,
@@ -168,7 +169,14 @@ def test_a_baseline_given_the_methods_budget_is_compared_at_equal_compute() -> N
         r["measure"]: r
         for r in table.filter(pl.col("against") == "grpo_long").iter_rows(named=True)
     }
-    assert list(budget) == ["final_equal_seconds", "final_equal_tokens", "auc_equal_seconds"]
+    assert list(budget) == [
+        "final_equal_seconds", "final_equal_tokens", "auc_equal_seconds",
+        "t1_avoids_systematic", "t1_avoids_random", "greedy_pass1",
+    ]  # fmt: skip
+    # at both ends: grpo_long's one systematic first error in four problems, rredcot's none
+    assert budget["t1_avoids_systematic"]["difference"] == pytest.approx(0.25)
+    assert budget["t1_avoids_random"]["difference"] == pytest.approx(0.0)
+    assert budget["greedy_pass1"]["difference"] == pytest.approx(0.25)
     assert budget["final_equal_seconds"]["difference"] == pytest.approx(1 - 0.75)
     assert budget["final_equal_tokens"]["difference"] == pytest.approx(1 - 0.5)
     # area against seconds to the common 4 s: rredcot's steps at 0, 2, 4 s, problems

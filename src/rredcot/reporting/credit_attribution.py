@@ -249,6 +249,8 @@ def attribution_table(
         rows.append(
             _seconds_area_row(both, base, method, against, seeds[method], n_resamples, seed)
         )
+        # per first-error kind at both runs' ends: the baseline's end is the method's budget
+        rows += _kind_rows(kinds, method, against, seeds, problems, n_resamples, seed)
     return pl.DataFrame(rows, infer_schema_length=None)
 
 

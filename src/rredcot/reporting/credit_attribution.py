@@ -37,7 +37,7 @@ from rredcot.evaluation.paired import paired_comparison
 from rredcot.reporting.figures import ci_error_bars, save_figure, says_no_rows
 from rredcot.reporting.learning_curves import (
     RunScores,
-    cumulative_compute,
+    mean_cumulative_compute,
     method_comparison,
     problem_grid,
     run_points,
@@ -152,12 +152,11 @@ def _seconds_area_row(
     """`method` − `against`, the area under the held-out curve against cumulative wall seconds
     up to the smaller of the two runs' totals (each step at its run's mean seconds over seeds)."""
     problems = sorted(base["problem_id"].unique().to_list())
+    compute = mean_cumulative_compute(runs)
     seconds, points = {}, {}
     for name in (method, against):
+        seconds[name] = {st: sec for (m, st), (sec, _) in compute.items() if m == name}
         own = [r for r in runs if r.method == name]
-        compute = pl.concat([cumulative_compute(r.metrics) for r in own], how="vertical_relaxed")
-        mean = compute.group_by("step").agg(pl.col("seconds").mean())
-        seconds[name] = {int(st): float(sec) for st, sec in mean.iter_rows()}
         points[name] = pl.concat([run_points(r, base) for r in own], how="vertical_relaxed")
     final = {name: max(r.steps for r in runs if r.method == name) for name in (method, against)}
     budget = min(seconds[name][final[name]] for name in (method, against))

@@ -46,7 +46,7 @@ from rredcot.reporting.figures import (  # noqa: E402
     save_figure,
     says_no_rows,
 )
-from rredcot.reporting.learning_curves import RunScores, _auc, problem_grid, run_points  # noqa: E402
+from rredcot.reporting.learning_curves import RunScores, problem_grid, run_points, step_area  # noqa: E402
 
 POOLED = "all"
 """`base_seed` of the rows pooled over bases."""
@@ -98,7 +98,8 @@ def area_grids(base: BaseRuns) -> tuple[list[str], dict[str, tuple[int, list[int
             raise ValueError(f"{base.source}: the runs of {name} ran {steps} steps; expected one")
         seeds = sorted(r.seed for r in own)
         points = pl.concat([run_points(r, base.base) for r in own], how="vertical_relaxed")
-        out[name] = (steps[0], seeds, problem_grid(_auc(points, steps[0]), "auc", seeds, problems))
+        area = step_area(points, steps[0])
+        out[name] = (steps[0], seeds, problem_grid(area, "auc", seeds, problems))
     return problems, out
 
 

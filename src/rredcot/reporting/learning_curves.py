@@ -92,6 +92,26 @@ def cumulative_compute(metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([zero, out], how="vertical_relaxed")
 
 
+def mean_cumulative_compute(
+    runs: Sequence[RunScores],
+) -> dict[tuple[str, int], tuple[float, float]]:
+    """(method, step) -> cumulative (seconds, forward tokens) after that step, the mean over the
+    method's seeds: where `method_comparison` and the seconds area place each evaluated step."""
+    compute = pl.concat(
+        [
+            cumulative_compute(r.metrics).with_columns(pl.lit(r.method).alias("method"))
+            for r in runs
+        ],
+        how="vertical_relaxed",
+    )
+    return {
+        (m, int(st)): (float(sec), float(tok))
+        for m, st, sec, tok in compute.group_by("method", "step")
+        .agg(pl.col("seconds").mean(), pl.col("forward_tokens").mean())
+        .iter_rows()
+    }
+
+
 def learning_curves(
     runs: Sequence[RunScores], base: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -148,7 +168,7 @@ def problem_grid(
     return wide.select(list(problems)).to_numpy().astype(np.float64)
 
 
-def _auc(points: pl.DataFrame, until: int) -> pl.DataFrame:
+def step_area(points: pl.DataFrame, until: int) -> pl.DataFrame:
     """Per (seed, problem): trapezoid mean of pass@1 over the steps 0 … until."""
     rows = []
     for (seed, problem), part in points.filter(pl.col("step") <= until).group_by(
@@ -265,15 +285,6 @@ def method_comparison(
     seeds (e.g. five for the main claim, three for the rest), never fewer.
     """
     points = pl.concat([run_points(r, base) for r in runs], how="vertical_relaxed")
-    compute = pl.concat(
-        [
-            cumulative_compute(r.metrics).with_columns(
-                pl.lit(r.method).alias("method"), pl.lit(r.seed, pl.Int64).alias("seed")
-            )
-            for r in runs
-        ],
-        how="vertical_relaxed",
-    )
     steps = {r.method: r.steps for r in runs}
     run_seeds = {m: sorted({r.seed for r in runs if r.method == m}) for m in steps}
     problems = sorted(base["problem_id"].unique().to_list())
@@ -285,12 +296,7 @@ def method_comparison(
                     f"method {method}: seeds {extra} have no {baseline_method} run to pair with "
                     f"({baseline_method} has seeds {run_seeds[baseline_method]})"
                 )
-    mean_compute = {
-        (m, int(st)): (sec, tok)
-        for m, st, sec, tok in compute.group_by("method", "step")
-        .agg(pl.col("seconds").mean(), pl.col("forward_tokens").mean())
-        .iter_rows()
-    }
+    mean_compute = mean_cumulative_compute(runs)
     evaluated = {
         m: sorted(points.filter(pl.col("method") == m)["step"].unique().to_list()) for m in steps
     }
@@ -350,7 +356,7 @@ def method_comparison(
         base_grid = np.tile(base_row, (len(seeds), 1))
         own = points.filter(pl.col("method") == method)
         final = problem_grid(_at_step(own, n_steps), "score", seeds, problems)
-        auc = problem_grid(_auc(own, n_steps), "auc", seeds, problems)
+        auc = problem_grid(step_area(own, n_steps), "auc", seeds, problems)
         add(method, BASE, "final", final, base_grid, (n_steps, 0))
         add_per_seed(method, BASE, final, base_grid, (n_steps, 0))
         if method == baseline_method:
@@ -362,7 +368,7 @@ def method_comparison(
             ref_final = problem_grid(_at_step(ref, n_steps), "score", seeds, problems)
             add(method, baseline_method, f"final{suffix}", final, ref_final, (n_steps, n_steps))
             add_per_seed(method, baseline_method, final, ref_final, (n_steps, n_steps))
-            ref_auc = problem_grid(_auc(ref, n_steps), "auc", seeds, problems)
+            ref_auc = problem_grid(step_area(ref, n_steps), "auc", seeds, problems)
             add(method, baseline_method, f"auc{suffix}", auc, ref_auc, (n_steps, n_steps))
         for unit, column in (("seconds", 0), ("tokens", 1)):
             match = equal_compute_steps(

@@ -48,18 +48,20 @@ include: "workflow/rules/common.smk"
 
 # `doses`: the whole workflow once per dose, each in a directory of its own, then the
 # dose-response table (workflow/rules/doses.smk) and, when the doses are SFT bases (a dose of the
-# global seed), the table pooled over them (workflow/rules/credit_bases.smk); else the workflow.
+# global seed), the table pooled over them, or when they are treatments with placebo arms, the
+# contrasts between them (workflow/rules/dose_attribution.smk); else the workflow.
 if config["doses"]:
 
     include: "workflow/rules/dose_inputs.smk"
     include: "workflow/rules/doses.smk"
-    include: "workflow/rules/credit_bases.smk"
+    include: "workflow/rules/dose_attribution.smk"
 
     rule all:
         default_target: True
         input:
             dose_targets(),
             CREDIT_BASES_TARGETS,
+            CREDIT_CONTRASTS_TARGETS,
 
 else:
 

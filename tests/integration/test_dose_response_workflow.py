@@ -107,6 +107,7 @@ def test_one_command_runs_every_dose_and_one_aggregation(listing):
     assert {m: n for (d, m), n in trained.items() if d == "rate0.8"} == {**five, "mc": 3}
     assert counts["credit_regimes"] == 1 and counts["all"] == 1
     assert "credit_bases" not in counts  # rates are treatments, not bases to pool
+    assert "credit_contrasts" not in counts  # and train no placebo arms to contrast
     assert "synthetic_world" not in counts and "train_policy" not in counts  # no plain results/
 
 

@@ -689,8 +689,8 @@ def test_the_dose_on_one_base_runs_each_arm_at_each_share(
     repo, tmp_path, run_snakemake, no_mirror_env
 ):
     """configs/dose_rule_share.yaml: every arm on every seed at each share f, one SFT base for
-    all (the same world and SFT settings at each level), one attribution table per dose and the
-    dose table over them."""
+    all (the same world and SFT settings at each level), one attribution table per dose, the
+    dose table over them and the contrasts table across the doses' placebo rows."""
     (tmp_path / "config.yaml").write_text((repo / "config.yaml").read_text())
     overlay = repo / "configs" / "dose_rule_share.yaml"
     args = ("--configfile", str(overlay))
@@ -707,3 +707,4 @@ def test_the_dose_on_one_base_runs_each_arm_at_each_share(
     attribution = {rule: n for rule, n in jobs.items() if rule.endswith("credit_attribution")}
     assert sum(attribution.values()) == levels, attribution
     assert sum(n for rule, n in jobs.items() if rule.endswith("credit_regimes")) == 1, jobs
+    assert jobs["credit_contrasts"] == 1 and "credit_bases" not in jobs, jobs

@@ -5,6 +5,10 @@ not its runs' is refused."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -163,19 +167,11 @@ def test_the_figure_draws_every_stratum(table, tmp_path):
     assert plot_bases(table.clear(), tmp_path / "empty.png").is_file()
 
 
-def test_the_step_reads_every_base_s_runs_and_checks_its_placebo_rows(tmp_path, monkeypatch):
-    """Each base's runs as its workflow lays them out, one group of files per base on the
-    command line; the table and figure written; a base whose credit_attribution.csv is not its
-    runs' stops the step naming the file."""
-    import json
-    import sys
-
-    from rredcot.steps import credit_bases as step
-
-    want = bases_table([BASE0, BASE1], PAIRS, n_resamples=50, seed=0)
+def lay_out(roots: list[Path], bases: list[BaseRuns], rows: list[pl.DataFrame]) -> list[str]:
+    """Each base's runs written under its root as its workflow lays them out, with its
+    credit_attribution.csv holding `rows`' all-problems rows; the step's file arguments."""
     argv = []
-    for base in (BASE0, BASE1):
-        root = tmp_path / f"seed{base.seed}"
+    for root, base, mine in zip(roots, bases, rows, strict=True):
         summaries, grades = [], []
         for r in base.runs:
             run_dir = root / "train" / r.method / f"seed{r.seed}"
@@ -189,13 +185,23 @@ def test_the_step_reads_every_base_s_runs_and_checks_its_placebo_rows(tmp_path, 
             summaries.append(str(run_dir / "train_summary.json"))
             grades.append(str(run_dir / "grades.parquet"))
         base.base.write_parquet(root / "base.parquet")
-        mine = want.filter(pl.col("base_seed") == str(base.seed))
         mine.filter(pl.col("stratum") == "all").write_csv(root / "credit_attribution.csv")
         argv += ["--summaries", *summaries, "--grades", *grades]
-    roots = [tmp_path / "seed0", tmp_path / "seed1"]
     argv += ["--base", *[str(r / "base.parquet") for r in roots]]
     argv += ["--problems", *[str(r / "none.parquet") for r in roots]]
     argv += ["--attribution", *[str(r / "credit_attribution.csv") for r in roots]]
+    return argv
+
+
+def test_the_step_reads_every_base_s_runs_and_checks_its_placebo_rows(tmp_path, monkeypatch):
+    """Each base's runs as its workflow lays them out, one group of files per base on the
+    command line; the table and figure written; a base whose credit_attribution.csv is not its
+    runs' stops the step naming the file."""
+    from rredcot.steps import credit_bases as step
+
+    want = bases_table([BASE0, BASE1], PAIRS, n_resamples=50, seed=0)
+    roots = [tmp_path / "seed0", tmp_path / "seed1"]
+    argv = lay_out(roots, [BASE0, BASE1], [want.filter(pl.col("base_seed") == s) for s in "01"])
     params = {"bases": [0, 1], "pairs": PAIRS, "misconception": None}
     params |= {"bootstrap_resamples": 50, "seed": 0}
     out = ["--table", str(tmp_path / "t.csv"), "--figure", str(tmp_path / "f.png")]

@@ -35,6 +35,24 @@ def test_only_a_dose_of_the_global_seed_pools_its_levels(config, doses):
     for name in ("dose_rule_share", "credit_regimes"):
         assert base_inputs.credit_bases_targets(workflow_config(name)) == []
     assert base_inputs.credit_bases_targets(workflow_config()) == []  # no dose at all
+    assert base_inputs.credit_contrasts_targets(config, doses) == []  # bases are pooled
+
+
+def test_a_treatment_dose_with_placebo_arms_is_contrasted():
+    """The rule-share dose trains placebo arms at every level: its levels are contrasted. The
+    misconception-rate dose trains none: no contrasts."""
+    shares = workflow_config("dose_rule_share")
+    levels = dose_configs(shares, SCHEMA)
+    assert base_inputs.credit_contrasts_targets(shares, levels) == [
+        base_inputs.CONTRASTS_TABLE,
+        base_inputs.CONTRASTS_FIGURE,
+    ]
+    settings = base_inputs.credit_contrasts_settings(shares, levels)
+    assert settings["key"] == "training.rule_share" and settings["levels"] == [0, 0.5, 1]
+    assert settings["level_seeds"] == [0, 0, 0] and settings["seed"] == 0
+    assert ("rredcot", "rredcot_perm", "placebo") in settings["pairs"] and "bases" not in settings
+    rates = workflow_config("credit_regimes")
+    assert base_inputs.credit_contrasts_targets(rates, dose_configs(rates, SCHEMA)) == []
 
 
 def test_the_pairs_are_the_placebo_pairs_then_every_run_against_grpo(doses):
@@ -92,7 +110,7 @@ def test_the_settings_name_the_bases_and_the_pooled_bootstrap_seed(config, doses
 
 def test_a_dose_of_bases_without_a_placebo_is_refused_naming_the_key():
     config = workflow_config(over={"doses": {"key": "seed", "levels": [0, 1], "mde_target": 0.02}})
-    with pytest.raises(ConfigError, match="config key 'training.variants': base seed = 0"):
+    with pytest.raises(ConfigError, match="config key .training.variants.: dose seed0"):
         base_inputs.check_bases(dose_configs(config, SCHEMA))
 
 

@@ -37,8 +37,10 @@ import polars as pl  # noqa: E402
 
 from rredcot.data.misconceptions import Misconception, rule_applies  # noqa: E402
 from rredcot.data.programs import Program  # noqa: E402
+from rredcot.data.schema import read_json, read_parquet, read_table  # noqa: E402
 from rredcot.evaluation.hierarchical import pooled_comparison  # noqa: E402
 from rredcot.evaluation.paired import paired_comparison  # noqa: E402
+from rredcot.evaluation.regime import programs_of  # noqa: E402
 from rredcot.reporting.credit_attribution import ALL, PRIMARY, STRATA  # noqa: E402
 from rredcot.reporting.figures import (  # noqa: E402
     ci_error_bars,
@@ -46,7 +48,13 @@ from rredcot.reporting.figures import (  # noqa: E402
     save_figure,
     says_no_rows,
 )
-from rredcot.reporting.learning_curves import RunScores, problem_grid, run_points, step_area  # noqa: E402
+from rredcot.reporting.learning_curves import (  # noqa: E402
+    RunScores,
+    problem_grid,
+    read_run,
+    run_points,
+    step_area,
+)
 
 POOLED = "all"
 """`base_seed` of the rows pooled over bases."""
@@ -84,6 +92,29 @@ def held_out_strata(
     solution, else `no_rule`."""
     applies = {p: rule_applies(prog, misconception) for p, prog in programs.items()}
     return {p: "rule" if rule else "no_rule" for p, rule in applies.items()}
+
+
+def read_base(
+    seed: int,
+    summaries: list[Path],
+    grades: list[Path],
+    base: Path,
+    problems: Path,
+    misconception: Misconception | None,
+) -> BaseRuns:
+    """One base's runs (each run's summary and final grades on the curve split, in one order),
+    the base policy's grades and the split's strata."""
+    if len(summaries) != len(grades):
+        raise ValueError(f"base {seed}: {len(summaries)} summaries but {len(grades)} grade files")
+    runs = []
+    for summary, final in zip(summaries, grades, strict=True):
+        # the run's name (a method or a variant of one) is its directory: train/{name}/seed{s}
+        name, run_seed = summary.parent.parent.name, int(read_json(summary)["settings"]["seed"])
+        runs.append(read_run(name, run_seed, summary.parent, final))
+    strata = {}
+    if misconception is not None:  # the held-out problems by whether the rule applies
+        strata = held_out_strata(programs_of(read_parquet(problems)), misconception)
+    return BaseRuns(seed, tuple(runs), read_table(base), strata, f"base {seed} ({base})")
 
 
 def area_grids(base: BaseRuns) -> tuple[list[str], dict[str, tuple[int, list[int], np.ndarray]]]:
@@ -147,21 +178,14 @@ def _row(
     }
 
 
-def bases_table(
+def shared_grids(
     bases: Sequence[BaseRuns],
-    pairs: Sequence[tuple[str, str, str]],
-    n_resamples: int = 10_000,
-    seed: int = 0,
-) -> pl.DataFrame:
-    """Per (method, against, comparison) of `pairs` and per stratum (all problems, then each of
-    `STRATA` when the bases have strata): a row per base in the order given, then the pooled row
-    (module docstring). The bases must share their held-out problems and strata (one world);
-    `seed` is the pooled bootstrap's."""
+) -> tuple[list[dict[str, tuple[int, list[int], np.ndarray]]], list[tuple[str, list[int]]]]:
+    """Every base's area grids (`area_grids`) and the strata as (name, problem columns): all
+    problems, then each of `STRATA` when the bases have strata. The bases must share their
+    held-out problems and strata (one world); raises ValueError naming the base that does not."""
     if not bases:
         raise ValueError("bases: none given")
-    seeds = [b.seed for b in bases]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"bases: SFT seeds {seeds} repeat; each base is one")
     found = [area_grids(b) for b in bases]
     for base, (problems, _) in zip(bases[1:], found[1:], strict=True):
         if problems != found[0][0] or dict(base.strata) != dict(bases[0].strata):
@@ -174,18 +198,41 @@ def bases_table(
         (s, [i for i, p in enumerate(problems) if bases[0].strata.get(p) == s])
         for s in (STRATA if bases[0].strata else ())
     ]
+    return [areas for _, areas in found], [(s, cols) for s, cols in strata if cols]
+
+
+def pair_grids(
+    bases: Sequence[BaseRuns],
+    grids: Sequence[Mapping[str, tuple[int, list[int], np.ndarray]]],
+    method: str,
+    against: str,
+    comparison: str,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per base, the (seeds, problems) areas of `method` and `against` (`_pair`)."""
+    if comparison not in COMPARISONS:
+        raise ValueError(f"pairs: comparison {comparison!r} is not one of {COMPARISONS}")
+    return [_pair(areas, method, against, b.source) for b, areas in zip(bases, grids, strict=True)]
+
+
+def bases_table(
+    bases: Sequence[BaseRuns],
+    pairs: Sequence[tuple[str, str, str]],
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Per (method, against, comparison) of `pairs` and per stratum (all problems, then each of
+    `STRATA` when the bases have strata): a row per base in the order given, then the pooled row
+    (module docstring). The bases must share their held-out problems and strata (one world);
+    `seed` is the pooled bootstrap's."""
+    seeds = [b.seed for b in bases]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"bases: SFT seeds {seeds} repeat; each base is one")
+    grids, strata = shared_grids(bases)
     rows = []
     for method, against, comparison in pairs:
-        if comparison not in COMPARISONS:
-            raise ValueError(f"pairs: comparison {comparison!r} is not one of {COMPARISONS}")
-        grids = [
-            _pair(areas, method, against, base.source)
-            for base, (_, areas) in zip(bases, found, strict=True)
-        ]
+        both = pair_grids(bases, grids, method, against, comparison)
         for stratum, cols in strata:
-            if not cols:
-                continue
-            mine = [(a[:, cols], r[:, cols]) for a, r in grids]
+            mine = [(a[:, cols], r[:, cols]) for a, r in both]
             scores = [(float(a.mean()), float(r.mean())) for a, r in mine]
             for base, (a, r), (m, t) in zip(bases, mine, scores, strict=True):
                 stats = paired_comparison(a, r, n_resamples=n_resamples, seed=base.seed)
@@ -198,16 +245,23 @@ def bases_table(
     return pl.DataFrame(rows, infer_schema_length=None).select(COLUMNS)
 
 
-def check_base_rows(table: pl.DataFrame, seed: int, attribution: pl.DataFrame, source: str) -> int:
+def check_base_rows(
+    table: pl.DataFrame,
+    seed: int | str,
+    attribution: pl.DataFrame,
+    source: str,
+    column: str = "base_seed",
+) -> int:
     """The base's rows that its `credit_attribution.csv` (`attribution`, read from `source`) also
     holds, the area of a placebo pair on all problems or a stratum, have its difference (to
     `TOLERANCE`): the pooled table read the runs that table was made from. Returns how many
-    rows were checked; raises ValueError naming the file when a pair's row on all problems is
+    rows were checked (the base's rows: `column` equal to `seed`, as the table names it); raises
+    ValueError naming the file when a pair's row on all problems is
     missing from it or a difference is not its own."""
     keys = ["method", "against", "measure", "stratum"]
-    mine = table.filter(
-        (pl.col("base_seed") == str(seed)) & (pl.col("comparison") == "placebo")
-    ).select(*keys, "difference")
+    mine = table.filter((pl.col(column) == str(seed)) & (pl.col("comparison") == "placebo")).select(
+        *keys, "difference"
+    )
     theirs = attribution.filter(pl.col("measure") == PRIMARY).select(
         *keys, pl.col("difference").alias("theirs")
     )

@@ -5,44 +5,22 @@ figure. Each base's placebo rows are checked against its own credit_attribution.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
+
 from rredcot.data.misconceptions import Misconception
-from rredcot.data.schema import read_json, read_parquet, read_table
-from rredcot.evaluation.regime import programs_of
+from rredcot.data.schema import read_table
 from rredcot.reporting.credit_bases import (
     BaseRuns,
     bases_table,
     check_base_rows,
     headline,
-    held_out_strata,
     plot_bases,
+    read_base,
 )
-from rredcot.reporting.learning_curves import read_run
 from rredcot.steps.cli import log, parser, require, setup
-
-
-def read_base(
-    seed: int,
-    summaries: list[Path],
-    grades: list[Path],
-    base: Path,
-    problems: Path,
-    misconception: Misconception | None,
-) -> BaseRuns:
-    """One base's runs (each run's summary and final grades on the curve split, in one order),
-    the base policy's grades and the split's strata."""
-    if len(summaries) != len(grades):
-        raise ValueError(f"base {seed}: {len(summaries)} summaries but {len(grades)} grade files")
-    runs = []
-    for summary, final in zip(summaries, grades, strict=True):
-        # the run's name (a method or a variant of one) is its directory: train/{name}/seed{s}
-        name, run_seed = summary.parent.parent.name, int(read_json(summary)["settings"]["seed"])
-        runs.append(read_run(name, run_seed, summary.parent, final))
-    strata = {}
-    if misconception is not None:  # the held-out problems by whether the rule applies
-        strata = held_out_strata(programs_of(read_parquet(problems)), misconception)
-    return BaseRuns(seed, tuple(runs), read_table(base), strata, f"base {seed} ({base})")
 
 
 def per_base(p: argparse.ArgumentParser, flag: str, what: str) -> None:
@@ -50,40 +28,68 @@ def per_base(p: argparse.ArgumentParser, flag: str, what: str) -> None:
     p.add_argument(flag, required=True, nargs="+", action="append", type=Path, help=what)
 
 
-def main() -> None:
-    p = parser(__doc__)
-    per_base(p, "--summaries", "each run's train_summary.json, one group per base")
+def dose_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of a step that reads every level of a dose (rredcot.workflow.base_inputs):
+    each run's files once per level, one file per level of the rest, the table and figure."""
+    p = parser(doc)
+    per_base(p, "--summaries", "each run's train_summary.json, one group per level")
     per_base(p, "--grades", "each run's final grades on the curve split, as --summaries")
     for flag, what in (
         ("--base", "the base policy's grades on the curve split"),
         ("--problems", "the curve split (column `program`)"),
         ("--attribution", "its credit_attribution.csv"),
     ):
-        p.add_argument(flag, required=True, nargs="+", type=Path, help=f"one per base: {what}")
+        p.add_argument(flag, required=True, nargs="+", type=Path, help=f"one per level: {what}")
     p.add_argument("--table", required=True, type=Path)
     p.add_argument("--figure", required=True, type=Path)
-    args = p.parse_args()
+    return p
+
+
+def read_levels(args: argparse.Namespace, seeds: list[int], block: dict | None) -> list[BaseRuns]:
+    """Every level's runs from the parsed `dose_parser` arguments, one per bootstrap seed in
+    `seeds` (the levels' order); `block` is the misconception whose rule makes the strata."""
+    files = (args.summaries, args.grades, args.base, args.problems, args.attribution)
+    if {len(f) for f in files} != {len(seeds)}:
+        raise ValueError(f"{len(seeds)} levels {seeds}; got {[len(f) for f in files]} per option")
+    misconception = None if block is None else Misconception(**block)
+    return [
+        read_base(s, summaries, grades, base, problems, misconception)
+        for s, summaries, grades, base, problems in zip(seeds, *files[:4], strict=True)
+    ]
+
+
+def main() -> None:
+    args = dose_parser(__doc__).parse_args()
     setup()
     seeds, pairs, block, n_resamples, seed = require(
         args.params, "bases", "pairs", "misconception", "bootstrap_resamples", "seed"
     )
-    files = (args.summaries, args.grades, args.base, args.problems, args.attribution)
-    if {len(f) for f in files} != {len(seeds)}:
-        raise ValueError(f"{len(seeds)} bases {seeds}; got {[len(f) for f in files]} per option")
-    misconception = None if block is None else Misconception(**block)
-    bases = [
-        read_base(s, summaries, grades, base, problems, misconception)
-        for s, summaries, grades, base, problems in zip(seeds, *files[:4], strict=True)
-    ]
+    bases = read_levels(args, seeds, block)
     table = bases_table(bases, [tuple(pair) for pair in pairs], n_resamples, seed)
-    for s, path in zip(seeds, args.attribution, strict=True):
-        checked = check_base_rows(table, s, read_table(path), str(path))
-        log.info("base %s: %d rows equal to %s", s, checked, path)
+    checked = [
+        check_base_rows(table, s, read_table(p), str(p))
+        for s, p in zip(seeds, args.attribution, strict=True)
+    ]
+    write_outputs(args, table, plot_bases, checked, headline(table), "pooled over bases")
+
+
+def write_outputs(
+    args: argparse.Namespace,
+    table: pl.DataFrame,
+    plot: Callable[[pl.DataFrame, Path], Path],
+    checked: list[int],
+    lines: dict[str, str],
+    what: str,
+) -> None:
+    """Write the table and its figure; log how many of each level's rows its own
+    credit_attribution.csv confirmed (`checked`) and the headline `lines`."""
+    for path, n in zip(args.attribution, checked, strict=True):
+        log.info("%d rows equal to %s", n, path)
     args.table.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.table)
-    plot_bases(table, args.figure)
-    for pair, line in headline(table).items():
-        log.info("%s (area, all held-out problems, pooled over bases): %s", pair, line)
+    plot(table, args.figure)
+    for pair, line in lines.items():
+        log.info("%s (area, %s): %s", pair, what, line)
     log.info("wrote %s and %s", args.table, args.figure)
 
 

@@ -1,13 +1,16 @@
-"""The main attribution rows pooled over SFT bases (rule `credit_bases`,
-`rredcot.reporting.credit_bases`): its targets, inputs, arguments and settings.
+"""The attribution rows across the levels of a dose: pooled over SFT bases (rule
+`credit_bases`, `rredcot.reporting.credit_bases`) or contrasted between treatments (rule
+`credit_contrasts`, `rredcot.reporting.credit_contrasts`): their targets, inputs, arguments and
+settings (both read the same files of every level).
 
 A dose of the global `seed` (`doses.key: seed`, `rredcot.workflow.dose_response`) is a set of SFT
 bases of one world (`world.seed` is a key of its own), and only such a dose gets the pooled
 table: its levels are replicates of one recipe (other draws of the SFT's initialisation,
 demonstrations' slips and order), so a mean and an interval over them are a claim about bases.
-The levels of any other key are treatments (a misconception rate, a rule share), which the
-dose-response table (results/credit_regimes.csv) sets side by side instead; pooling them would
-average doses.
+The levels of any other key are treatments (a misconception rate, a rule share): pooling them
+would average doses, so the dose-response table (results/credit_regimes.csv) sets them side by
+side and, when every level trains placebo arms, the contrasts table compares each later level's
+differences with the first level's.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ BASE_KEY = "seed"
 """The dose key whose levels are SFT bases."""
 BASES_TABLE = "results/credit_bases.csv"
 BASES_FIGURE = "results/figures/credit_bases.png"
+CONTRASTS_TABLE = "results/credit_contrasts.csv"
+CONTRASTS_FIGURE = "results/figures/credit_contrasts.png"
 PER_RUN = ("summaries", "grades")
 """The rule's inputs with a file per run of a base (the rest have one per base)."""
 PER_BASE = ("base", "problems", "attribution")
@@ -51,21 +56,30 @@ def bases_pairs(config: Config) -> list[tuple[str, str, str]]:
     return placebo + others
 
 
+def contrasts_treatments(config: Config, doses: Sequence[Dose]) -> bool:
+    """Whether the config is a dose of a treatment (any key but the seed) whose every level
+    (`doses`) builds its placebo table: the levels' attribution rows are then contrasted."""
+    if not config["doses"] or pools_bases(config) or len(doses) < 2:
+        return False
+    return all(ATTRIBUTION_TABLE in run_targets(d.config) for d in doses)
+
+
 def check_bases(doses: Sequence[Dose]) -> None:
-    """Every base builds its placebo table (credit_attribution.csv, whose rows the pooled table
-    checks its own against) and compares the same runs; raises ConfigError naming the key."""
+    """Every level builds its placebo table (credit_attribution.csv, whose rows the table checks
+    its own against) and compares the same runs; raises ConfigError naming the key."""
     for dose in doses:
+        name = f"dose {dose.label}"
         if ATTRIBUTION_TABLE not in run_targets(dose.config):
             raise ConfigError(
-                f"config key 'training.variants': base seed = {dose.config['seed']} builds no "
-                f"{ATTRIBUTION_TABLE}, which the table pooled over bases reads; add a variant "
-                "with credit.placebo (and keep training.curve.split a world split)"
+                f"config key 'training.variants': {name} builds no {ATTRIBUTION_TABLE}, which "
+                "the table across the doses reads; add a variant with credit.placebo (and keep "
+                "training.curve.split a world split)"
             )
         if bases_pairs(dose.config) != bases_pairs(doses[0].config):
             raise ConfigError(
-                f"config key 'doses.at': base seed = {dose.config['seed']} compares "
-                f"{bases_pairs(dose.config)}, base seed = {doses[0].config['seed']} "
-                f"{bases_pairs(doses[0].config)}; the bases must run the same comparisons"
+                f"config key 'doses.at': {name} compares {bases_pairs(dose.config)}, "
+                f"dose {doses[0].label} {bases_pairs(doses[0].config)}; the doses must run the "
+                "same comparisons"
             )
 
 
@@ -117,6 +131,25 @@ def credit_bases_settings(config: Config, doses: Sequence[Dose]) -> dict[str, An
     }
 
 
+def credit_contrasts_settings(config: Config, doses: Sequence[Dose]) -> dict[str, Any]:
+    """The contrasts step's `--params`: the dose key and levels, each level's own bootstrap seed
+    (its config's `seed`), the pairs, the misconception, the resamples and the contrasts'
+    bootstrap seed (the config's `seed`)."""
+    shared = credit_bases_settings(config, doses)
+    del shared["bases"]
+    return shared | {
+        "key": config["doses"]["key"],
+        "levels": [d.level for d in doses],
+        "level_seeds": [d.config["seed"] for d in doses],
+    }
+
+
 def credit_bases_targets(config: Config) -> list[str]:
     """The pooled table and figure when the config is a dose of the global seed; else none."""
     return [BASES_TABLE, BASES_FIGURE] if pools_bases(config) else []
+
+
+def credit_contrasts_targets(config: Config, doses: Sequence[Dose]) -> list[str]:
+    """The contrasts table and figure when the config is a dose of a treatment whose levels
+    train placebo arms (`contrasts_treatments`); else none."""
+    return [CONTRASTS_TABLE, CONTRASTS_FIGURE] if contrasts_treatments(config, doses) else []

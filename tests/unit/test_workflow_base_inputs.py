@@ -72,7 +72,8 @@ def test_every_base_s_runs_and_its_placebo_table_are_read(doses):
     assert len(found) == 5 * len(doses)
     for dose in doses:
         summaries = found[f"summaries_{dose.module}"]
-        assert len(summaries) == len(found[f"grades_{dose.module}"]) == 50
+        runs = 50 if dose.config["seed"] == 0 else 25  # the new bases on five seeds
+        assert len(summaries) == len(found[f"grades_{dose.module}"]) == runs
         assert all(p.startswith(dose.root + "train/") for p in summaries)
         assert found[f"attribution_{dose.module}"] == dose.path(ATTRIBUTION_TABLE)
         # the base policy's grades under the base's own seed, not a fixed one
@@ -118,8 +119,9 @@ def test_base_0_is_the_frozen_base_run_of_stage_2(doses):
     """The dose at seed 0 is the config configs/attribution_stage2.yaml ran (over
     configs/attribution.yaml), key for key: its runs, SFT, evaluations and tables are the same
     jobs with the same settings, under the dose's directory; the other bases differ only in
-    the seed."""
+    the seed and their five training seeds."""
     stage2 = workflow_config("attribution", "attribution_stage2")
     assert doses[0].config == stage2
+    five = {**stage2["training"], "seeds": [6, 7, 8, 9, 10]}
     for dose in doses[1:]:
-        assert dose.config == {**stage2, "seed": dose.config["seed"]}
+        assert dose.config == {**stage2, "seed": dose.config["seed"], "training": five}

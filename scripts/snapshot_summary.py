@@ -4,6 +4,7 @@ runs of the same config at their start), so the docs can quote them and
 tests/unit/test_docs_numbers.py can hold every quoted number to the run.
 
     python scripts/snapshot_summary.py [--results results] [--dest docs/snapshots] [--slug NAME]
+    python scripts/snapshot_summary.py --dose --slug NAME [--results results]  # a dose's tables
 
 Then quote a number in the docs inside a marker (keys: the snapshot's values.json):
     <!-- snapshot:NAME/comparison/rredcot/auc/difference -->+0.004<!-- /snapshot -->
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rredcot.reporting.snapshot import take_snapshot
+from rredcot.reporting.snapshot import take_dose_snapshot, take_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,8 +33,19 @@ def main() -> None:
         help="seconds of `python -m rredcot.planning.timing` on the run's machine (default: "
         "measured here, which must be that machine class; best while it is otherwise idle)",
     )
+    p.add_argument(
+        "--dose",
+        action="store_true",
+        help="a treatment dose's tables across its levels (credit_contrasts.csv, "
+        "credit_regimes.csv), which no level's summary holds; needs --slug",
+    )
     args = p.parse_args()
-    dest = take_snapshot(args.results, args.dest, args.slug, args.calibration)
+    if args.dose:
+        if not args.slug:
+            p.error("--dose needs --slug (the snapshot's name)")
+        dest = take_dose_snapshot(args.results, args.dest, args.slug)
+    else:
+        dest = take_snapshot(args.results, args.dest, args.slug, args.calibration)
     print(f"wrote {dest}: {', '.join(sorted(p.name for p in dest.iterdir()))}")
 
 

@@ -140,3 +140,43 @@ def test_the_step_reads_every_level_and_checks_its_placebo_rows(tmp_path, monkey
     bad.write_csv(roots[2] / "credit_attribution.csv")
     with pytest.raises(ValueError, match="rule_share1/credit_attribution.csv: differences"):
         step.main()
+
+
+def test_a_dose_snapshot_holds_every_row_under_its_key(table, tmp_path):
+    """take_dose_snapshot: the contrasts table's rows in values.json as the summaries format
+    them, the machine of the runs, the levels' job times; refused without the table or with
+    runs on two machines."""
+    from rredcot.reporting.snapshot import take_dose_snapshot
+
+    results = tmp_path / "results"
+    with pytest.raises(FileNotFoundError, match="no contrasts table"):
+        take_dose_snapshot(results, tmp_path / "snap", "dose")
+    results.mkdir()
+    table.write_csv(results / "credit_contrasts.csv")
+    machine = {"cpu_model": "CPU X", "torch": "2.13.0+cpu", "torch_cpu_capability": "AVX2"}
+    for level in ("rule_share0", "rule_share1"):
+        run = results / "credit_regimes" / level / "train" / "grpo" / "seed6"
+        run.mkdir(parents=True)
+        (run / "train_summary.json").write_text(json.dumps({"machine": machine}))
+        bench = results / "credit_regimes" / level / "benchmarks" / "train_policy" / "grpo"
+        bench.mkdir(parents=True)
+        (bench / "seed6.tsv").write_text("s\th:m:s\tcpu_time\n100.0\t0:01:40\t90.0\n")
+    dest = take_dose_snapshot(results, tmp_path / "snap", "dose")
+    values = json.loads((dest / "values.json").read_text())
+    key = "contrasts/rredcot/rredcot_perm/rule"
+    assert values[f"{key}/1-0/difference"] == "+0.150"
+    assert values[f"{key}/1-0/verdict"] == "better" and values[f"{key}/1-0/seeds"] == "3"
+    assert values[f"{key}/0.5/difference"] == "+0.090"
+    assert values["contrasts/rredcot/grpo/no_rule/0/difference"] == "+0.000"
+    assert values["machine"].startswith("CPU X; torch 2.13.0+cpu AVX2")
+    assert values["jobs"] == "2" and values["cpu_seconds"].startswith("180 s")
+    assert (dest / "credit_contrasts.csv").read_text() == (
+        results / "credit_contrasts.csv"
+    ).read_text()
+    assert len((dest / "job_times.csv").read_text().splitlines()) == 3
+    other = results / "credit_regimes" / "rule_share1" / "train" / "grpo" / "seed6"
+    (other / "train_summary.json").write_text(
+        json.dumps({"machine": {**machine, "cpu_model": "Y"}})
+    )
+    with pytest.raises(ValueError, match="several machines"):
+        take_dose_snapshot(results, tmp_path / "snap2", "dose")

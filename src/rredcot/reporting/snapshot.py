@@ -10,6 +10,11 @@ slug) and the key of `rredcot.reporting.summary.summary_values`:
 job's wall and CPU seconds) and `timing.json` (the machine's calibration and the run's config
 files), which price later runs of the same config (`rredcot.planning.timing`); `mismatches` lists
 every marked number that differs from its snapshot, or names a snapshot that does not exist.
+
+A treatment dose's tables across its levels (`results/credit_contrasts.csv`, and
+`results/credit_regimes.csv` beside it) belong to no level's summary; `take_dose_snapshot`
+copies them with `values.json` (`dose_values`, the runs' machine, the job times of every
+level).
 """
 
 from __future__ import annotations
@@ -20,8 +25,20 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
+from rredcot.data.schema import read_json, read_table
 from rredcot.planning import timing
-from rredcot.reporting.summary import TABLES, job_times, read_tables, summary_values
+from rredcot.planning.machine import machines_of
+from rredcot.reporting.numbers import duration, plain
+from rredcot.reporting.summary import (
+    TABLES,
+    difference_values,
+    git_commit,
+    job_times,
+    read_tables,
+    summary_values,
+)
 
 MARK = re.compile(
     r"<!-- snapshot:(?P<slug>[a-z0-9-]+)/(?P<key>\S+) -->(?P<value>.*?)<!-- /snapshot -->"
@@ -151,3 +168,65 @@ def mismatches(stated: list[Stated], snapshots: Path) -> list[str]:
             out.append(f"{s.where}: {s.key} is stated as {s.value!r}, the snapshot says "
                        f"{values[s.key]!r}")  # fmt: skip
     return out
+
+
+CONTRASTS = "credit_contrasts.csv"
+DOSE_TABLES = (CONTRASTS, "credit_regimes.csv")
+"""A dose's tables across its levels, under the dose run's results/ (the first is required)."""
+
+
+def _level(value: str | float) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def dose_values(contrasts: pl.DataFrame) -> dict[str, str]:
+    """Every row of a contrasts table under `contrasts/<method>/<against>/<stratum>/<dose>`
+    (`<dose>-<versus_dose>` for a contrast row): difference, both intervals, verdict, seeds,
+    MDE, formatted as the summaries print them (a level read back as a number named as written:
+    0, 0.5, 1)."""
+    values = {}
+    for r in contrasts.iter_rows(named=True):
+        level, versus = (
+            v if isinstance(v, str) else f"{v:g}" for v in (r["dose"], r["versus_dose"])
+        )
+        dose = level if r["kind"] == "at_dose" else f"{level}-{versus}"
+        key = f"contrasts/{r['method']}/{r['against']}/{r['stratum']}/{dose}"
+        values |= difference_values(key, r)
+        values[f"{key}/seeds"] = str(r["seeds"])
+        values[f"{key}/mde80"] = plain(r["mde80"])
+    return values
+
+
+def take_dose_snapshot(results: Path, snapshots: Path, slug: str) -> Path:
+    """Copy a treatment dose's tables (`DOSE_TABLES`, under `results/`) into
+    `snapshots/<slug>/` with `values.json` (`dose_values`; the machine every run's summary
+    names, the commit of the checkout `results/` is in, the job count and seconds of every
+    level) and `job_times.csv` (a record: without `timing.json` it prices no later run, whose
+    planner reads one config's jobs). Raises when the contrasts table is missing or the runs name
+    more than one machine."""
+    table = results / CONTRASTS
+    if not table.is_file():
+        raise FileNotFoundError(f"{table}: no contrasts table; build it first")
+    levels = results / "credit_regimes"
+    summaries = sorted(levels.glob("*/train/*/seed*/train_summary.json"))
+    if not summaries:
+        raise FileNotFoundError(f"{levels}: no run of any level")
+    machine = machines_of([read_json(p) for p in summaries])
+    if " | " in machine:
+        raise ValueError(f"{levels}: the runs name several machines ({machine})")
+    times = job_times(levels)
+    values = {
+        "machine": machine,
+        "commit": git_commit(results.resolve().parent),
+        "jobs": str(times.jobs),
+        "wall_seconds": duration(times.wall_seconds),
+        "cpu_seconds": duration(times.cpu_seconds),
+    } | dose_values(read_table(table))
+    dest = snapshots / slug
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in DOSE_TABLES:
+        if (results / name).is_file():
+            shutil.copy2(results / name, dest / name)
+    (dest / VALUES).write_text(json.dumps(values, indent=1, ensure_ascii=False) + "\n")
+    timing.write_job_times(timing.benchmark_jobs(levels), dest / timing.JOB_TIMES)
+    return dest

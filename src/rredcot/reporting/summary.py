@@ -165,7 +165,7 @@ def headline_rows(name: str, table: pl.DataFrame, reference: str) -> list[dict]:
     return list(select(table).iter_rows(named=True))
 
 
-def _difference_values(key: str, r: Mapping) -> dict[str, str]:
+def difference_values(key: str, r: Mapping) -> dict[str, str]:
     """A paired comparison's difference, both intervals and verdict, as the summary prints them."""
     return {
         f"{key}/difference": signed(r["difference"]),
@@ -200,11 +200,11 @@ def summary_values(
     values |= {f"no_rows/{name}": NO_ROWS for name, found in rows.items() if not found}
     for r in rows.get("method_comparison", []):
         key = f"comparison/{r['method']}/{r['measure']}"
-        values |= _difference_values(key, r)
+        values |= difference_values(key, r)
         values[f"{key}/seeds"] = str(r["seeds"])
         values[f"{key}/mde80"] = plain(r["mde80"])
     for r in rows.get("benchmark_comparison", []):
-        values |= _difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
+        values |= difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
     for r in rows.get("compute_cost", []):
         for unit in ("seconds", "tokens"):
             ratio = r.get(f"{unit}_ratio_to_{reference}")
@@ -247,7 +247,7 @@ def summary_values(
         stratum = r.get("stratum") or "all"
         key = f"attribution/{r['method']}/{r['against']}/{r['measure']}"
         key += "" if stratum == "all" else f"/{stratum}"
-        values |= _difference_values(key, r)
+        values |= difference_values(key, r)
         values[f"{key}/seeds"] = str(r["seeds"])
         values[f"{key}/mde80"] = plain(r["mde80"])
     for r in rows.get("regime_table", []):

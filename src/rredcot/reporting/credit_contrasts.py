@@ -40,6 +40,7 @@ from rredcot.evaluation.paired import paired_comparison  # noqa: E402
 from rredcot.reporting.credit_attribution import PRIMARY  # noqa: E402
 from rredcot.reporting.credit_bases import BaseRuns, pair_grids, shared_grids  # noqa: E402
 from rredcot.reporting.figures import ci_error_bars, legend_right, save_figure, says_no_rows  # noqa: E402
+from rredcot.workflow.dose_response import level_label  # noqa: E402
 
 AT_DOSE = "at_dose"
 CONTRAST = "contrast"
@@ -53,11 +54,6 @@ COLUMNS = (
 )  # fmt: skip
 """The table's columns. An at_dose row's scores are the two runs' areas and its `versus_dose`
 is "n/a"; a contrast row's scores are the pair's differences at `dose` and at `versus_dose`."""
-
-
-def level_label(level: float) -> str:
-    """A level as the table names it: 0, 0.5, 1."""
-    return f"{level:g}"
 
 
 def _same_seeds(

@@ -30,15 +30,16 @@ import polars as pl
 from rredcot.data.schema import read_json, read_table
 from rredcot.planning import timing
 from rredcot.planning.machine import machines_of
-from rredcot.reporting.numbers import duration, plain
+from rredcot.reporting.numbers import duration
 from rredcot.reporting.summary import (
     TABLES,
-    difference_values,
+    comparison_values,
     git_commit,
     job_times,
     read_tables,
     summary_values,
 )
+from rredcot.workflow.dose_response import level_label
 
 MARK = re.compile(
     r"<!-- snapshot:(?P<slug>[a-z0-9-]+)/(?P<key>\S+) -->(?P<value>.*?)<!-- /snapshot -->"
@@ -176,7 +177,8 @@ DOSE_TABLES = (CONTRASTS, "credit_regimes.csv")
 
 
 def _level(value: str | float) -> str:
-    return value if isinstance(value, str) else f"{value:g}"
+    """A level as the contrasts table wrote it (read back as a number when the column is)."""
+    return value if isinstance(value, str) else level_label(value)
 
 
 def dose_values(contrasts: pl.DataFrame) -> dict[str, str]:
@@ -186,14 +188,11 @@ def dose_values(contrasts: pl.DataFrame) -> dict[str, str]:
     0, 0.5, 1)."""
     values = {}
     for r in contrasts.iter_rows(named=True):
-        level, versus = (
-            v if isinstance(v, str) else f"{v:g}" for v in (r["dose"], r["versus_dose"])
-        )
+        level, versus = _level(r["dose"]), _level(r["versus_dose"])
         dose = level if r["kind"] == "at_dose" else f"{level}-{versus}"
-        key = f"contrasts/{r['method']}/{r['against']}/{r['stratum']}/{dose}"
-        values |= difference_values(key, r)
-        values[f"{key}/seeds"] = str(r["seeds"])
-        values[f"{key}/mde80"] = plain(r["mde80"])
+        values |= comparison_values(
+            f"contrasts/{r['method']}/{r['against']}/{r['stratum']}/{dose}", r
+        )
     return values
 
 

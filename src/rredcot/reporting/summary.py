@@ -175,6 +175,14 @@ def difference_values(key: str, r: Mapping) -> dict[str, str]:
     }
 
 
+def comparison_values(key: str, r: Mapping) -> dict[str, str]:
+    """`difference_values` with the row's seeds and its MDE at 80% power."""
+    return difference_values(key, r) | {
+        f"{key}/seeds": str(r["seeds"]),
+        f"{key}/mde80": plain(r["mde80"]),
+    }
+
+
 def summary_values(
     tables: Mapping[str, pl.DataFrame | dict | None],
     times: JobTimes,
@@ -199,10 +207,7 @@ def summary_values(
     }
     values |= {f"no_rows/{name}": NO_ROWS for name, found in rows.items() if not found}
     for r in rows.get("method_comparison", []):
-        key = f"comparison/{r['method']}/{r['measure']}"
-        values |= difference_values(key, r)
-        values[f"{key}/seeds"] = str(r["seeds"])
-        values[f"{key}/mde80"] = plain(r["mde80"])
+        values |= comparison_values(f"comparison/{r['method']}/{r['measure']}", r)
     for r in rows.get("benchmark_comparison", []):
         values |= difference_values(f"benchmark/{r['benchmark']}/{r['method']}", r)
     for r in rows.get("compute_cost", []):
@@ -247,9 +252,7 @@ def summary_values(
         stratum = r.get("stratum") or "all"
         key = f"attribution/{r['method']}/{r['against']}/{r['measure']}"
         key += "" if stratum == "all" else f"/{stratum}"
-        values |= difference_values(key, r)
-        values[f"{key}/seeds"] = str(r["seeds"])
-        values[f"{key}/mde80"] = plain(r["mde80"])
+        values |= comparison_values(key, r)
     for r in rows.get("regime_table", []):
         for figure in REGIME_FIGURES:
             values[f"regime/{r['method']}/{figure}"] = plain(r[figure])

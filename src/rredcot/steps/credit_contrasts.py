@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from rredcot.data.schema import read_table
 from rredcot.reporting.credit_bases import check_base_rows
-from rredcot.reporting.credit_contrasts import (
-    contrasts_table,
-    headline,
-    level_label,
-    plot_contrasts,
-)
+from rredcot.reporting.credit_contrasts import AT_DOSE, contrasts_table, headline, plot_contrasts
 from rredcot.steps.cli import require, setup
 from rredcot.steps.credit_bases import dose_parser, read_levels, write_outputs
+from rredcot.workflow.dose_response import level_label
 
 
 def main() -> None:
@@ -25,7 +21,7 @@ def main() -> None:
     )  # fmt: skip
     doses = read_levels(args, seeds, block)
     table = contrasts_table(doses, levels, key, [tuple(p) for p in pairs], n_resamples, seed)
-    at_dose = table.filter(table["kind"] == "at_dose")
+    at_dose = table.filter(table["kind"] == AT_DOSE)
     checked = [
         check_base_rows(at_dose, level_label(v), read_table(p), str(p), "dose")
         for v, p in zip(levels, args.attribution, strict=True)

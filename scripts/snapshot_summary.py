@@ -36,7 +36,7 @@ def main() -> None:
     p.add_argument(
         "--dose",
         action="store_true",
-        help="a treatment dose's tables across its levels (credit_contrasts.csv, "
+        help="a dose's tables across its levels (credit_contrasts.csv or credit_bases.csv, "
         "credit_regimes.csv), which no level's summary holds; needs --slug",
     )
     args = p.parse_args()

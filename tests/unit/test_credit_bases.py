@@ -217,3 +217,43 @@ def test_the_step_reads_every_base_s_runs_and_checks_its_placebo_rows(tmp_path, 
     bad.write_csv(roots[1] / "credit_attribution.csv")
     with pytest.raises(ValueError, match="seed1/credit_attribution.csv: differences"):
         step.main()
+
+
+def test_a_bases_snapshot_holds_every_row_and_each_base_s_regime(table, tmp_path):
+    """take_dose_snapshot on a bases run: each base's row and the pooled row under
+    bases/<method>/<against>/<stratum>/<base_seed> (by hand: rule stratum 0.75 × 0.04 on base 0,
+    0.75 × 0.24 on base 1, pooled their mean), each base's regime; refused with a regime table
+    whose level describes two bases."""
+    from rredcot.reporting.snapshot import take_dose_snapshot
+
+    results = tmp_path / "results"
+    results.mkdir()
+    table.write_csv(results / "credit_bases.csv")
+    regimes = pl.DataFrame(
+        {"dose_key": "seed", "dose": [0, 0, 1], "method": ["rredcot", "rredcot_perm", "rredcot"]}
+        | {c: [0.44, 0.44, 0.5] for c in ("base_greedy_pass1", "base_t1_pass1")}
+        | {c: [0.9, 0.9, 0.6] for c in ("base_greedy_systematic_share", "base_t1_systematic_share")}
+    )
+    regimes.write_csv(results / "credit_regimes.csv")
+    run = results / "credit_regimes" / "seed0" / "train" / "grpo" / "seed6"
+    run.mkdir(parents=True)
+    machine = {"cpu_model": "CPU X", "torch": "2.13.0+cpu", "torch_cpu_capability": "AVX2"}
+    (run / "train_summary.json").write_text(json.dumps({"machine": machine}))
+    values = json.loads(
+        (take_dose_snapshot(results, tmp_path / "s", "b") / "values.json").read_text()
+    )
+    key = "bases/rredcot/rredcot_perm/rule"
+    assert values[f"{key}/0/difference"] == "+0.030" and values[f"{key}/0/seeds"] == "3"
+    assert values[f"{key}/1/difference"] == "+0.180"
+    assert values[f"{key}/all/difference"] == "+0.105" and values[f"{key}/all/bases"] == "2"
+    assert values[f"{key}/all/seeds"] == "6"
+    assert values[f"{key}/all/base_t_ci"] == "−0.848 … +1.058"  # 0.105 ± 12.706 × 0.075
+    assert values["bases/rredcot/grpo/no_rule/all/difference"] == "+0.000"
+    assert values["regimes/0/base_t1_pass1"] == "0.440"
+    assert values["regimes/1/base_greedy_systematic_share"] == "0.600"
+    assert not any(k.startswith("contrasts/") for k in values)
+    regimes.with_columns(base_t1_pass1=pl.Series([0.44, 0.45, 0.5])).write_csv(
+        results / "credit_regimes.csv"
+    )
+    with pytest.raises(ValueError, match="level 0 has several base_t1_pass1"):
+        take_dose_snapshot(results, tmp_path / "s2", "b")

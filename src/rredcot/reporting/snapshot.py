@@ -11,10 +11,10 @@ job's wall and CPU seconds) and `timing.json` (the machine's calibration and the
 files), which price later runs of the same config (`rredcot.planning.timing`); `mismatches` lists
 every marked number that differs from its snapshot, or names a snapshot that does not exist.
 
-A treatment dose's tables across its levels (`results/credit_contrasts.csv`, and
-`results/credit_regimes.csv` beside it) belong to no level's summary; `take_dose_snapshot`
-copies them with `values.json` (`dose_values`, the runs' machine, the job times of every
-level).
+A dose's tables across its levels (a treatment's `results/credit_contrasts.csv`, or the bases'
+`results/credit_bases.csv`, with `results/credit_regimes.csv` beside either) belong to no
+level's summary; `take_dose_snapshot` copies them with `values.json` (`dose_values`,
+`bases_values`, `regime_values`, the runs' machine, the job times of every level).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import polars as pl
 from rredcot.data.schema import read_json, read_table
 from rredcot.planning import timing
 from rredcot.planning.machine import machines_of
-from rredcot.reporting.numbers import duration
+from rredcot.reporting.credit_bases import POOLED
+from rredcot.reporting.numbers import duration, interval, plain, signed
 from rredcot.reporting.summary import (
     TABLES,
     comparison_values,
@@ -172,8 +173,16 @@ def mismatches(stated: list[Stated], snapshots: Path) -> list[str]:
 
 
 CONTRASTS = "credit_contrasts.csv"
-DOSE_TABLES = (CONTRASTS, "credit_regimes.csv")
-"""A dose's tables across its levels, under the dose run's results/ (the first is required)."""
+BASES = "credit_bases.csv"
+REGIMES = "credit_regimes.csv"
+DOSE_TABLES = (CONTRASTS, BASES, REGIMES)
+"""A dose's tables across its levels, under the dose run's results/ (a contrasts or a bases
+table is required)."""
+BASE_COLUMNS = (
+    "base_greedy_pass1", "base_t1_pass1", "base_greedy_systematic_share",
+    "base_t1_systematic_share",
+)  # fmt: skip
+"""The regime table's description of each level's base policy."""
 
 
 def _level(value: str | float) -> str:
@@ -196,16 +205,55 @@ def dose_values(contrasts: pl.DataFrame) -> dict[str, str]:
     return values
 
 
+def bases_values(bases: pl.DataFrame) -> dict[str, str]:
+    """Every row of a bases table under `bases/<method>/<against>/<stratum>/<base_seed>`
+    (`all` for the pooled row): a base's row as `comparison_values`; a pooled row its
+    difference, bootstrap and t-over-bases intervals, verdict, bases, seeds, MDE and the three
+    SDs (seed, base, between-base)."""
+    values = {}
+    for r in bases.iter_rows(named=True):
+        key = f"bases/{r['method']}/{r['against']}/{r['stratum']}/{r['base_seed']}"
+        if str(r["base_seed"]) != POOLED:
+            values |= comparison_values(key, r)
+            continue
+        values |= {
+            f"{key}/difference": signed(r["difference"]),
+            f"{key}/bootstrap_ci": interval(r["ci95_low"], r["ci95_high"]),
+            f"{key}/base_t_ci": interval(r["base_t_ci95_low"], r["base_t_ci95_high"]),
+            f"{key}/verdict": str(r["verdict"]),
+            f"{key}/bases": str(r["bases"]),
+            f"{key}/seeds": str(r["seeds"]),
+            f"{key}/mde80": plain(r["mde80"]),
+        } | {f"{key}/{sd}": plain(r[sd]) for sd in ("seed_sd", "base_sd", "between_base_sd")}
+    return values
+
+
+def regime_values(regimes: pl.DataFrame) -> dict[str, str]:
+    """Each level's base policy as the regime table describes it, under
+    `regimes/<level>/<column>` (`BASE_COLUMNS`); refused if a level's rows disagree."""
+    values = {}
+    for (level,), part in regimes.group_by("dose", maintain_order=True):
+        for column in BASE_COLUMNS:
+            found = part[column].unique()
+            if len(found) != 1:
+                raise ValueError(
+                    f"{REGIMES}: level {level} has several {column}: {found.to_list()}"
+                )
+            values[f"regimes/{_level(level)}/{column}"] = plain(found[0])
+    return values
+
+
 def take_dose_snapshot(results: Path, snapshots: Path, slug: str) -> Path:
-    """Copy a treatment dose's tables (`DOSE_TABLES`, under `results/`) into
-    `snapshots/<slug>/` with `values.json` (`dose_values`; the machine every run's summary
-    names, the commit of the checkout `results/` is in, the job count and seconds of every
-    level) and `job_times.csv` (a record: without `timing.json` it prices no later run, whose
-    planner reads one config's jobs). Raises when the contrasts table is missing or the runs name
-    more than one machine."""
-    table = results / CONTRASTS
-    if not table.is_file():
-        raise FileNotFoundError(f"{table}: no contrasts table; build it first")
+    """Copy a dose's tables (`DOSE_TABLES`, under `results/`) into `snapshots/<slug>/` with
+    `values.json` (`dose_values`, `bases_values`, `regime_values` of the tables there; the
+    machine every run's summary names, the commit of the checkout `results/` is in, the job count
+    and seconds of every level) and `job_times.csv` (a record: without `timing.json` it prices no
+    later run, whose planner reads one config's jobs). Raises when neither a contrasts nor a bases
+    table is there or the runs name more than one machine."""
+    found = {name: results / name for name in DOSE_TABLES if (results / name).is_file()}
+    if CONTRASTS not in found and BASES not in found:
+        raise FileNotFoundError(f"{results}: no contrasts table ({CONTRASTS}) or bases table "
+                                f"({BASES}); build one first")  # fmt: skip
     levels = results / "credit_regimes"
     summaries = sorted(levels.glob("*/train/*/seed*/train_summary.json"))
     if not summaries:
@@ -220,12 +268,14 @@ def take_dose_snapshot(results: Path, snapshots: Path, slug: str) -> Path:
         "jobs": str(times.jobs),
         "wall_seconds": duration(times.wall_seconds),
         "cpu_seconds": duration(times.cpu_seconds),
-    } | dose_values(read_table(table))
+    }
+    for name, read in ((CONTRASTS, dose_values), (BASES, bases_values), (REGIMES, regime_values)):
+        if name in found:
+            values |= read(read_table(found[name]))
     dest = snapshots / slug
     dest.mkdir(parents=True, exist_ok=True)
-    for name in DOSE_TABLES:
-        if (results / name).is_file():
-            shutil.copy2(results / name, dest / name)
+    for name, path in found.items():
+        shutil.copy2(path, dest / name)
     (dest / VALUES).write_text(json.dumps(values, indent=1, ensure_ascii=False) + "\n")
     timing.write_job_times(timing.benchmark_jobs(levels), dest / timing.JOB_TIMES)
     return dest

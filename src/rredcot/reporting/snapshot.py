@@ -31,7 +31,7 @@ from rredcot.data.schema import read_json, read_table
 from rredcot.planning import timing
 from rredcot.planning.machine import machines_of
 from rredcot.reporting.credit_bases import POOLED
-from rredcot.reporting.numbers import duration, interval, plain, signed
+from rredcot.reporting.numbers import duration, interval, plain
 from rredcot.reporting.summary import (
     TABLES,
     comparison_values,
@@ -207,24 +207,18 @@ def dose_values(contrasts: pl.DataFrame) -> dict[str, str]:
 
 def bases_values(bases: pl.DataFrame) -> dict[str, str]:
     """Every row of a bases table under `bases/<method>/<against>/<stratum>/<base_seed>`
-    (`all` for the pooled row): a base's row as `comparison_values`; a pooled row its
-    difference, bootstrap and t-over-bases intervals, verdict, bases, seeds, MDE and the three
-    SDs (seed, base, between-base)."""
+    (`all` for the pooled row), as `comparison_values`; a pooled row has the t interval over
+    bases in place of the one over seeds, its bases and the three SDs (seed, base, between-base)."""
     values = {}
     for r in bases.iter_rows(named=True):
         key = f"bases/{r['method']}/{r['against']}/{r['stratum']}/{r['base_seed']}"
-        if str(r["base_seed"]) != POOLED:
-            values |= comparison_values(key, r)
-            continue
-        values |= {
-            f"{key}/difference": signed(r["difference"]),
-            f"{key}/bootstrap_ci": interval(r["ci95_low"], r["ci95_high"]),
-            f"{key}/base_t_ci": interval(r["base_t_ci95_low"], r["base_t_ci95_high"]),
-            f"{key}/verdict": str(r["verdict"]),
-            f"{key}/bases": str(r["bases"]),
-            f"{key}/seeds": str(r["seeds"]),
-            f"{key}/mde80": plain(r["mde80"]),
-        } | {f"{key}/{sd}": plain(r[sd]) for sd in ("seed_sd", "base_sd", "between_base_sd")}
+        values |= comparison_values(key, r)
+        if str(r["base_seed"]) == POOLED:
+            del values[f"{key}/seed_t_ci"]
+            values |= {
+                f"{key}/base_t_ci": interval(r["base_t_ci95_low"], r["base_t_ci95_high"]),
+                f"{key}/bases": str(r["bases"]),
+            } | {f"{key}/{sd}": plain(r[sd]) for sd in ("seed_sd", "base_sd", "between_base_sd")}
     return values
 
 
